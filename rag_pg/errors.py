@@ -1,0 +1,93 @@
+"""The exceptions ragpg raises, so callers can catch one base class.
+
+Tree::
+
+    RagError                      base: catch this to handle any ragpg failure
+    ├── ConfigError               a setting is missing, malformed or out of bounds   (CLI exit 2)
+    ├── EmbeddingError            the embedding provider failed                      (exit 3, or 1 per document)
+    │     kind = "invalid_input"     the provider refused the input (HTTP 422): never retried
+    │     kind = "unavailable"       transport error, timeout, any other non-200: retryable
+    │     kind = "malformed"         wrong count, wrong dimension, NaN/Inf, not JSON
+    ├── StoreError                the database failed or refused                     (exit 3)
+    │   ├── ExtensionUnavailable     pgvector (or unaccent) cannot be created
+    │   ├── DimensionMismatch        vectors do not match the collection's model/dimension
+    │   ├── SchemaMissing            `ragpg init` has not been run
+    │   └── IngestBusy               another ingest holds the collection's lock
+    └── DocumentError             one document could not be indexed (recorded, run goes on)
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+EmbeddingErrorKind = Literal["invalid_input", "unavailable", "malformed"]
+
+
+class RagError(Exception):
+    """Base class of every error ragpg raises on purpose."""
+
+    exit_code = 1
+
+
+class ConfigError(RagError):
+    """A configuration value is missing, malformed or out of bounds."""
+
+    exit_code = 2
+
+
+class EmbeddingError(RagError):
+    """The embedding provider failed; ``kind`` says whether retrying can help."""
+
+    exit_code = 3
+
+    def __init__(self, kind: EmbeddingErrorKind, message: str, *, detail: str | None = None):
+        super().__init__(message)
+        self.kind: EmbeddingErrorKind = kind
+        self.detail = detail
+
+    @classmethod
+    def invalid_input(cls, message: str, *, detail: str | None = None) -> EmbeddingError:
+        return cls("invalid_input", message, detail=detail)
+
+    @classmethod
+    def unavailable(cls, message: str) -> EmbeddingError:
+        return cls("unavailable", message)
+
+    @classmethod
+    def malformed(cls, message: str) -> EmbeddingError:
+        return cls("malformed", message)
+
+
+class StoreError(RagError):
+    """The database is unreachable, or refused an operation."""
+
+    exit_code = 3
+
+
+class ExtensionUnavailable(StoreError):
+    """A required Postgres extension (pgvector, unaccent) cannot be created."""
+
+
+class DimensionMismatch(StoreError):
+    """Vectors of one model or dimension were about to be mixed with another's."""
+
+    exit_code = 2
+
+
+class SchemaMissing(StoreError):
+    """The ragpg schema is absent or out of date: run ``ragpg init``."""
+
+    exit_code = 2
+
+
+class IngestBusy(StoreError):
+    """Another ingest of the same collection holds the advisory lock."""
+
+
+class DocumentError(RagError):
+    """One document could not be indexed; the run records it and goes on."""
+
+    def __init__(self, path: str, message: str):
+        super().__init__(f"{path}: {message}")
+        self.path = path
+        self.reason = message
