@@ -1,0 +1,176 @@
+"""The library's front door: one object that ingests, searches and reports on an index."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from . import migrate
+from .config import Settings
+from .db import ConnectionSource, PoolSource, prepare, source_for
+from .embed import make_provider
+from .embed.base import EmbeddingProvider
+from .errors import ConfigError, SchemaMissing, StoreError
+from .ingest import Ingestor, ProgressFn
+from .models import Hit, IngestReport
+from .search import MODES, SearchRequest, Searcher
+from .store import Store
+
+
+class RagPG:
+    """An index in one Postgres schema, reached through a URL or a caller's connection.
+
+    ``database`` may be a URL (ragpg opens a small pool and closes it in :meth:`close`), a
+    ``psycopg.Connection``, or a SQLAlchemy ``Engine``/``Connection`` on the psycopg driver
+    (ragpg uses them and never closes or commits what it did not open; its writes run in
+    ``conn.transaction()`` blocks, which become savepoints inside a caller's transaction).
+    """
+
+    def __init__(
+        self,
+        database: Any = None,
+        settings: Settings | None = None,
+        *,
+        provider: EmbeddingProvider | None = None,
+        warn: Callable[[str], None] | None = None,
+    ):
+        self.settings = settings or Settings()
+        self.warn = warn or (lambda message: None)
+        target = database if database is not None else self.settings.database.url
+        if target is None:
+            raise ConfigError(
+                "no database: pass a URL or connection, or set database.url / RAGPG_DATABASE_URL"
+            )
+        self.source: ConnectionSource = source_for(target, pool_size=self.settings.database.pool_size)
+        self._provider = provider
+        self.store = Store(self.settings.database.schema)
+        self.searcher = Searcher(self.settings.database.schema)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    @property
+    def provider(self) -> EmbeddingProvider:
+        if self._provider is None:
+            self._provider = make_provider(self.settings.embedding, warn=self.warn)
+        return self._provider
+
+    def close(self) -> None:
+        self.source.close()
+        if self._provider is not None:
+            self._provider.close()
+
+    def __enter__(self) -> RagPG:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def init(self) -> str:
+        """Create or upgrade the schema (``alembic upgrade head``); returns the revision."""
+        with self.source.connection() as conn:
+            migrate.upgrade(conn, self.settings.database.schema)
+            return migrate.current_revision(conn, self.settings.database.schema) or ""
+
+    def _checked(self, conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
+        schema = self.settings.database.schema
+        row = conn.execute("SELECT to_regclass(%s)", (f'"{schema}".document',)).fetchone()
+        if not row or row[0] is None:
+            raise SchemaMissing(f"the {schema!r} schema is not initialised: run `ragpg init`")
+        return prepare(conn)
+
+    # -- operations --------------------------------------------------------------------------
+
+    def ingest(
+        self,
+        root: str | Path | None = None,
+        *,
+        collection: str | None = None,
+        full: bool = False,
+        prune: bool = False,
+        dry_run: bool = False,
+        progress: ProgressFn | None = None,
+    ) -> IngestReport:
+        """Index a Markdown tree incrementally (see SPEC §2.6)."""
+        with self.source.connection() as conn:
+            self._checked(conn)
+        ingestor = Ingestor(self.settings, _Checked(self), self.provider, progress=progress, warn=self.warn)
+        return ingestor.run(
+            root if root is not None else self.settings.source.root,
+            collection=collection, full=full, prune=prune, dry_run=dry_run,
+        )
+
+    def search(
+        self,
+        query: str,
+        k: int | None = None,
+        *,
+        mode: str | None = None,
+        collection: str | None = None,
+        path_prefix: str | None = None,
+    ) -> list[Hit]:
+        """The best passages for ``query``, best first, each with its provenance."""
+        k = self.settings.retrieval.k if k is None else k
+        if not query or not query.strip() or k <= 0:
+            return []
+        collection = collection or self.settings.collection
+        if mode is not None and mode not in MODES:
+            raise ConfigError(f"mode must be one of {', '.join(MODES)} (got {mode!r})")
+        mode = mode or self.settings.retrieval.mode
+        with self.source.connection() as conn:
+            self._checked(conn)
+            bound = self.store.collection_model(conn, collection)
+            model, dimension = bound if bound else (None, None)
+            if model is None:
+                if mode == "vector":
+                    raise StoreError(f"collection {collection!r} has no vectors: use keyword mode")
+                mode = "keyword"
+            mode = mode or "hybrid"
+            qvec = None
+            if mode in ("hybrid", "vector"):
+                provider = self.provider
+                if provider.model != model:
+                    raise StoreError(
+                        f"collection {collection!r} is indexed with {model!r}, the configured"
+                        f" provider gives {provider.model!r}"
+                    )
+                qvec = provider.embed("query", [query])[0]
+            request = SearchRequest(
+                collection=collection, k=k, mode=mode, query_text=query, query_vector=qvec,
+                model=model, dimension=dimension, candidates=max(self.settings.retrieval.candidates, k),
+                rrf_k=self.settings.retrieval.rrf_k, path_prefix=path_prefix,
+            )
+            return self.searcher.run(conn, request)
+
+    def stats(self, collection: str | None = None) -> dict[str, Any]:
+        collection = collection or self.settings.collection
+        with self.source.connection() as conn:
+            self._checked(conn)
+            return self.store.stats(conn, collection)
+
+
+class _Checked:
+    """The RagPG's source, with pgvector types registered on every connection lent."""
+
+    def __init__(self, rag: RagPG):
+        self._rag = rag
+        self.owns_connections = rag.source.owns_connections
+
+    def connection(self) -> Any:
+        from contextlib import contextmanager
+
+        @contextmanager
+        def lend() -> Any:
+            with self._rag.source.connection() as conn:
+                yield prepare(conn)
+
+        return lend()
+
+    def dedicated(self) -> psycopg.Connection[Any]:
+        assert isinstance(self._rag.source, PoolSource)
+        return self._rag.source.dedicated()
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,145 @@
+"""The embedding-provider protocol and the checks every provider shares, so none trusts its model."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any, Literal, Protocol, runtime_checkable
+
+import numpy as np
+import numpy.typing as npt
+
+from rag_pg.errors import EmbeddingError
+
+EmbedType = Literal["query", "passage"]
+EMBED_TYPES: tuple[str, ...] = ("query", "passage")
+
+
+@runtime_checkable
+class EmbeddingProvider(Protocol):
+    """What ingest and search need from an embedder; http, local and none all fit it."""
+
+    kind: str
+
+    @property
+    def model(self) -> str | None:
+        """Model name stored with every vector (None: no vectors at all)."""
+        ...
+
+    @property
+    def dimension(self) -> int | None:
+        """Length of every vector (None: no vectors at all)."""
+        ...
+
+    def embed(self, type: EmbedType, texts: Sequence[str]) -> npt.NDArray[np.float32]:
+        """Vectors for ``texts``, one row each, in input order, already validated."""
+        ...
+
+    def health(self) -> dict[str, Any]:
+        """``{"status": "ok", "model": ..., "dim": ...}``; raises when the provider is down."""
+        ...
+
+    def close(self) -> None:
+        """Release connections or handles the provider opened."""
+        ...
+
+
+def check_request(type: str, texts: Sequence[str]) -> None:
+    """Refuse bad input locally, so a doomed request is never sent (seed 000)."""
+    if type not in EMBED_TYPES:
+        raise EmbeddingError.invalid_input(
+            f"unknown embedding type {type!r}: expected 'query' or 'passage'"
+        )
+    if isinstance(texts, str | bytes):
+        raise EmbeddingError.invalid_input("texts must be a sequence of strings, not one string")
+    if len(texts) == 0:
+        raise EmbeddingError.invalid_input("no texts to embed")
+    for i, text in enumerate(texts):
+        if not isinstance(text, str):
+            raise EmbeddingError.invalid_input(f"text {i} is a {type_name(text)}, not a string")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            raise EmbeddingError.invalid_input(
+                f"text {i} is not valid Unicode (it holds a lone surrogate)"
+            ) from None
+
+
+def validate_vectors(raw: object, *, count: int, dimension: int | None) -> npt.NDArray[np.float32]:
+    """Return ``raw`` as a float32 (count, dim) array, or raise malformed before anything is stored.
+
+    Every check guards invariant I2 (no NULL, empty, wrong-length, non-finite or zero-norm
+    vector ever reaches the database): a model or service is never trusted blindly.
+    """
+    if isinstance(raw, np.ndarray):
+        array = _from_ndarray(raw, count)
+    elif isinstance(raw, list):
+        array = _from_list(raw, count)
+    else:
+        raise EmbeddingError.malformed(f"vectors is a {type_name(raw)}, not a list")
+    if count == 0:
+        return np.zeros((0, dimension or 0), dtype=np.float32)
+    width = array.shape[1]
+    if width == 0:
+        raise EmbeddingError.malformed("vectors are empty (dimension 0)")
+    if dimension is not None and width != dimension:
+        raise EmbeddingError.malformed(f"vectors have dimension {width}, expected {dimension}")
+    finite = np.isfinite(array).all(axis=1)
+    if not finite.all():
+        bad = int(np.argmin(finite))
+        raise EmbeddingError.malformed(f"vector {bad} holds NaN or infinite values")
+    norms = np.linalg.norm(array.astype(np.float64), axis=1)
+    if not (norms > 0).all():
+        bad = int(np.argmin(norms > 0))
+        raise EmbeddingError.malformed(f"vector {bad} is all zeros (no direction)")
+    return np.ascontiguousarray(array, dtype=np.float32)
+
+
+def _from_ndarray(raw: npt.NDArray[Any], count: int) -> npt.NDArray[np.float32]:
+    if raw.ndim != 2:
+        raise EmbeddingError.malformed(f"vectors array has {raw.ndim} dimensions, expected 2")
+    if raw.shape[0] != count:
+        raise EmbeddingError.malformed(f"expected {count} vectors, got {raw.shape[0]}")
+    if raw.dtype.kind not in "fiu":
+        raise EmbeddingError.malformed(f"vectors array has dtype {raw.dtype}, expected numbers")
+    with np.errstate(over="ignore", invalid="ignore"):
+        return raw.astype(np.float32)
+
+
+def _from_list(raw: list[Any], count: int) -> npt.NDArray[np.float32]:
+    if len(raw) != count:
+        raise EmbeddingError.malformed(f"expected {count} vectors, got {len(raw)}")
+    width: int | None = None
+    for i, row in enumerate(raw):
+        if not isinstance(row, list):
+            raise EmbeddingError.malformed(f"vector {i} is a {type_name(row)}, not a list")
+        if width is None:
+            width = len(row)
+        elif len(row) != width:
+            raise EmbeddingError.malformed(
+                f"vector {i} has dimension {len(row)}, vector 0 has {width}"
+            )
+        for value in row:
+            # bool is an int subclass and numpy would turn "1.5" into 1.5: refuse both.
+            if type(value) is not float and type(value) is not int:
+                raise EmbeddingError.malformed(
+                    f"vector {i} holds a {type_name(value)}, not a number"
+                )
+    if count == 0:
+        return np.zeros((0, 0), dtype=np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):
+        try:
+            return np.array(raw, dtype=np.float32)
+        except OverflowError:  # an int too large for a float
+            raise EmbeddingError.malformed("vectors hold a number out of range") from None
+
+
+def type_name(value: object) -> str:
+    """A short JSON-ish name for a value's type, for messages that never echo the value."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, float) and not math.isfinite(value):
+        return "non-finite number"
+    return type(value).__name__

@@ -1,0 +1,329 @@
+"""Incremental ingest: walk, skip unchanged, chunk, embed outside transactions, replace per document."""
+
+from __future__ import annotations
+
+import time
+import zlib
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psycopg
+
+from . import failpoints, language
+from .chunk import Chunker, embedding_text
+from .config import Settings
+from .db import ConnectionSource
+from .embed.base import EmbeddingProvider
+from .errors import ConfigError, DocumentError, EmbeddingError, IngestBusy, RagError, StoreError
+from .models import FailedDocument, IngestReport, SkippedFile
+from .parse import parse_document
+from .store import PreparedDocument, Store, fingerprint
+from .walk import WalkRules, walk
+
+LOCK_CLASS = 0x72677067 & 0x7FFFFFFF  # "rgpg": ragpg's advisory-lock namespace
+WRITE_GROUP_DOCUMENTS = 64  # documents per write transaction (each document stays atomic)
+
+ProgressFn = Callable[[str, dict[str, Any]], None]
+
+
+@dataclass(slots=True)
+class _Pending:
+    items: list[PreparedDocument] = field(default_factory=list)
+    chunks: int = 0
+
+
+def lock_key(schema: str, collection: str) -> int:
+    return zlib.crc32(f"{schema}\x00{collection}".encode()) & 0x7FFFFFFF
+
+
+class Ingestor:
+    """Runs one ingest of a source tree into a collection."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        source: ConnectionSource,
+        provider: EmbeddingProvider,
+        *,
+        progress: ProgressFn | None = None,
+        warn: Callable[[str], None] | None = None,
+    ):
+        self.settings = settings
+        self.source = source
+        self.provider = provider
+        self.store = Store(settings.database.schema)
+        self.chunker = Chunker(settings.chunk.size, settings.chunk.overlap)
+        self.progress = progress or (lambda event, data: None)
+        self.warn = warn or (lambda message: None)
+
+    def run(
+        self,
+        root: str | Path,
+        *,
+        collection: str | None = None,
+        full: bool = False,
+        prune: bool = False,
+        dry_run: bool = False,
+    ) -> IngestReport:
+        started = time.monotonic()
+        root_path = Path(root).expanduser()
+        if not root_path.is_dir():
+            raise ConfigError(f"source root is not a directory: {root_path}")
+        root_key = str(root_path.resolve())
+        collection = collection or self.settings.collection
+        report = IngestReport(source_root=root_key, collection=collection, dry_run=dry_run)
+        model = self.provider.model
+        dimension = self.provider.dimension
+        rules = WalkRules(
+            included_paths=self.settings.source.included_paths,
+            excluded_paths=self.settings.source.excluded_paths,
+            follow_symlinks=self.settings.source.follow_symlinks,
+            max_file_bytes=self.settings.source.max_file_bytes,
+        )
+        with self.source.connection() as conn, self._lock(conn, collection, dry_run):
+            if not dry_run:
+                self.store.bind_model(conn, collection, model, dimension)
+            else:
+                current = self.store.collection_model(conn, collection)
+                if current and current[0] and current[0] != model:
+                    report.warnings.append(
+                        f"collection is indexed with {current[0]!r}; configured model is {model!r}"
+                    )
+            states = self.store.document_states(conn, collection)
+            if not dry_run:
+                report.run_id = self.store.start_run(
+                    conn, source_root=root_key, collection=collection,
+                    mode="full" if full else "incremental", model=model,
+                )
+            status = "failed"
+            try:
+                seen = self._walk_and_write(conn, root_path, root_key, collection, rules, states,
+                                            report, full=full, dry_run=dry_run, model=model)
+                if prune:
+                    gone = sorted(p for p in states if p not in seen)
+                    report.deleted = gone
+                    if not dry_run:
+                        docs, chunks = self.store.delete_documents(conn, collection, gone)
+                        report.documents_deleted, report.chunks_deleted = docs, chunks
+                    else:
+                        report.documents_deleted = len(gone)
+                status = "partial" if report.failures else "completed"
+            finally:
+                report.duration_seconds = time.monotonic() - started
+                if report.run_id is not None:
+                    try:
+                        self.store.finish_run(conn, report.run_id, status, report)
+                    except psycopg.Error:
+                        pass
+        self.progress("done", {"report": report})
+        return report
+
+    # -- the walk --------------------------------------------------------------------------
+
+    def _walk_and_write(
+        self, conn: psycopg.Connection[Any], root: Path, root_key: str, collection: str,
+        rules: WalkRules, states: dict[str, Any], report: IngestReport, *, full: bool,
+        dry_run: bool, model: str | None,
+    ) -> set[str]:
+        seen: set[str] = set()
+        pending = _Pending()
+        size, overlap = self.settings.chunk.size, self.settings.chunk.overlap
+        default_language = self.settings.source.language
+        for item in walk(root, rules):
+            if isinstance(item, SkippedFile):
+                report.skipped.append(item)
+                report.files_skipped[item.reason] = report.files_skipped.get(item.reason, 0) + 1
+                continue
+            failpoints.hit("after_walk_item")
+            seen.add(item.path)
+            report.documents_seen += 1
+            document = parse_document(item.path, item.data, item.text)
+            for warning in document.warnings:
+                report.warnings.append(f"{item.path}: {warning}")
+            embeds = model is not None and document.embed
+            fp = fingerprint(size, overlap, model if embeds else None)
+            stored = states.get(item.path)
+            if (not full and stored is not None and stored.content_hash == document.content_hash
+                    and stored.fingerprint == fp):
+                report.documents_skipped += 1
+                report.chunks_unchanged += stored.chunk_count
+                self.progress("document", {"path": item.path, "status": "unchanged", "report": report})
+                continue
+            chunks = self.chunker.chunk(document)
+            prepared = PreparedDocument(
+                document=document,
+                chunks=chunks,
+                vectors=None,
+                language=language.detect(document.content, document.front_matter, default_language),
+                fingerprint=fp,
+                source_root=root_key,
+            )
+            (report.changed if stored is not None else report.added).append(item.path)
+            if dry_run:
+                if embeds:
+                    report.tokens_embedded += prepared.token_count
+                report.documents_indexed += 1
+                continue
+            pending.items.append(prepared)
+            pending.chunks += len(chunks) if embeds else 0
+            if (pending.chunks >= self.settings.embedding.batch_size * 4
+                    or len(pending.items) >= WRITE_GROUP_DOCUMENTS):
+                self._flush(conn, collection, pending, report, model)
+                pending = _Pending()
+        if pending.items:
+            self._flush(conn, collection, pending, report, model)
+        return seen
+
+    # -- embed then write --------------------------------------------------------------------
+
+    def _flush(
+        self, conn: psycopg.Connection[Any], collection: str, pending: _Pending,
+        report: IngestReport, model: str | None,
+    ) -> None:
+        ready = self._embed(pending.items, report, model)
+        if not ready:
+            return
+        failpoints.hit("before_write")
+        try:
+            written = self.store.replace_documents(conn, collection, ready, model)
+            self._count_written(report, ready, written)
+        except psycopg.OperationalError as exc:
+            raise StoreError(f"database connection lost while writing: {_first_line(exc)}") from None
+        except psycopg.Error:
+            for item in ready:  # isolate the document the database refused
+                try:
+                    written = self.store.replace_documents(conn, collection, [item], model)
+                    self._count_written(report, [item], written)
+                except psycopg.OperationalError as exc:
+                    raise StoreError(f"database connection lost while writing: {_first_line(exc)}") from None
+                except psycopg.Error as exc:
+                    self._fail(report, item.document.path, f"database refused it: {_first_line(exc)}", "store")
+        failpoints.hit("after_write")
+
+    def _count_written(self, report: IngestReport, items: list[PreparedDocument], written: int) -> None:
+        report.documents_indexed += len(items)
+        report.chunks_upserted += written
+        for item in items:
+            self.progress("document", {"path": item.document.path, "status": "indexed", "report": report})
+
+    def _embed(
+        self, items: list[PreparedDocument], report: IngestReport, model: str | None
+    ) -> list[PreparedDocument]:
+        """Vectorise every chunk of the documents that embed; drop (and record) the ones refused."""
+        needing = [p for p in items if model is not None and p.document.embed and p.chunks]
+        if not needing:
+            return items
+        failpoints.hit("before_embed")
+        try:
+            self._embed_documents(needing, report)
+            failpoints.hit("after_embed")
+            return items
+        except EmbeddingError as exc:
+            if exc.kind == "unavailable":
+                raise
+        # one document at a time, to find the one the service refuses
+        refused: set[int] = set()
+        for item in needing:
+            try:
+                self._embed_documents([item], report)
+            except EmbeddingError as exc:
+                if exc.kind == "unavailable":
+                    raise
+                refused.add(id(item))
+                self._fail(report, item.document.path, _embedding_message(exc), exc.kind)
+        return [p for p in items if id(p) not in refused]
+
+    def _embed_documents(self, items: list[PreparedDocument], report: IngestReport) -> None:
+        texts: list[str] = []
+        owners: list[int] = []
+        for index, item in enumerate(items):
+            for chunk in item.chunks:
+                texts.append(embedding_text(chunk))
+                owners.append(index)
+        batch = self.settings.embedding.batch_size
+        vectors: list[np.ndarray] = []
+        for start in range(0, len(texts), batch):
+            part = texts[start:start + batch]
+            vectors.append(self.provider.embed("passage", part))
+            report.embedding_calls += 1
+            self.progress("embedded", {"count": len(part), "report": report})
+        stacked = np.concatenate(vectors) if vectors else np.zeros((0, 0), dtype=np.float32)
+        offset = 0
+        for item in items:
+            n = len(item.chunks)
+            item.vectors = stacked[offset:offset + n]
+            offset += n
+            report.tokens_embedded += item.token_count
+
+    def _fail(self, report: IngestReport, path: str, message: str, kind: str) -> None:
+        report.failures.append(FailedDocument(path=path, error=message, kind=kind))
+        report.documents_failed += 1
+        self.progress("document", {"path": path, "status": "failed", "report": report})
+
+    # -- single writer -----------------------------------------------------------------------
+
+    @contextmanager
+    def _lock(self, conn: psycopg.Connection[Any], collection: str, dry_run: bool) -> Iterator[None]:
+        """Hold the collection's advisory lock for the run; the second ingest waits, then fails."""
+        if dry_run:
+            yield
+            return
+        key = lock_key(self.settings.database.schema, collection)
+        holder_conn = conn
+        dedicated = None
+        if self.source.owns_connections and hasattr(self.source, "dedicated"):
+            dedicated = self.source.dedicated()
+            holder_conn = dedicated
+        try:
+            deadline = time.monotonic() + self.settings.database.lock_timeout
+            told = False
+            while True:
+                row = holder_conn.execute(
+                    "SELECT pg_try_advisory_lock(%s, %s)", (LOCK_CLASS, key)
+                ).fetchone()
+                if row and row[0]:
+                    break
+                holder = self._holder(holder_conn, key)
+                if time.monotonic() >= deadline:
+                    raise IngestBusy(
+                        f"another ingest of collection {collection!r} is running ({holder});"
+                        f" gave up after {self.settings.database.lock_timeout:g} s"
+                    )
+                if not told:
+                    self.warn(f"waiting for another ingest of collection {collection!r} ({holder})")
+                    told = True
+                time.sleep(0.2)
+            try:
+                yield
+            finally:
+                try:
+                    holder_conn.execute("SELECT pg_advisory_unlock(%s, %s)", (LOCK_CLASS, key))
+                except psycopg.Error:
+                    pass  # the lock goes with the connection
+        finally:
+            if dedicated is not None:
+                dedicated.close()
+
+    def _holder(self, conn: psycopg.Connection[Any], key: int) -> str:
+        row = conn.execute(
+            self.store.q("lock_holder"), {"classid": LOCK_CLASS, "objid": key}
+        ).fetchone()
+        if row is None:
+            return "holder unknown"
+        return f"pid {row[0]}, application {row[1] or '?'}, {row[2] or 'state unknown'}"
+
+
+def _embedding_message(exc: EmbeddingError) -> str:
+    return str(exc)
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+__all__ = ["DocumentError", "Ingestor", "RagError", "lock_key"]

@@ -1,0 +1,279 @@
+"""Writes and reads the index tables: document replacement in one transaction, bulk by COPY."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import psycopg
+from psycopg.types.json import Jsonb
+
+from .errors import DimensionMismatch, StoreError
+from .models import Chunk, Document
+from .queries import Queries
+
+HALFVEC_THRESHOLD = 2000  # pgvector's HNSW limit for vector; above it the index uses halfvec
+
+
+@dataclass(frozen=True, slots=True)
+class StoredState:
+    content_hash: str
+    fingerprint: str
+    chunk_count: int
+
+
+@dataclass(slots=True)
+class PreparedDocument:
+    """A document ready to be written: parsed, chunked and (when it embeds) vectorised."""
+
+    document: Document
+    chunks: list[Chunk]
+    vectors: np.ndarray | None
+    language: str
+    fingerprint: str
+    source_root: str | None = None
+
+    @property
+    def token_count(self) -> int:
+        return sum(c.token_count for c in self.chunks)
+
+
+def fingerprint(size: int, overlap: int, model: str | None) -> str:
+    """What, besides the file's bytes, decides a document's chunks and vectors."""
+    return f"chunk={size}/{overlap};model={model or 'none'};v1"
+
+
+def vector_index_name(model: str) -> str:
+    return "chunk_vector_hnsw_" + hashlib.sha256(model.encode()).hexdigest()[:12]
+
+
+class Store:
+    """Table access for one schema. Methods take a psycopg connection: the caller owns it."""
+
+    def __init__(self, schema: str = "ragpg"):
+        self.schema = schema
+        self.q = Queries(schema)
+
+    # -- reads -------------------------------------------------------------------------
+
+    def document_states(self, conn: psycopg.Connection[Any], collection: str) -> dict[str, StoredState]:
+        """Every stored document's hash and fingerprint: one query per run, not per file."""
+        rows = conn.execute(self.q("document_states"), {"collection": collection}).fetchall()
+        return {r[0]: StoredState(r[1], r[2], r[3]) for r in rows}
+
+    def collection_model(
+        self, conn: psycopg.Connection[Any], collection: str
+    ) -> tuple[str | None, int | None] | None:
+        row = conn.execute(self.q("collection_get"), {"collection": collection}).fetchone()
+        return None if row is None else (row[1], row[2])
+
+    # -- collection / model ------------------------------------------------------------
+
+    def bind_model(
+        self, conn: psycopg.Connection[Any], collection: str, model: str | None, dimension: int | None
+    ) -> None:
+        """Record the collection's model, or refuse when it is indexed with another one."""
+        current = self.collection_model(conn, collection)
+        if current is not None and current[0] is not None:
+            if model is None:
+                raise DimensionMismatch(
+                    f"collection {collection!r} is indexed with vectors of {current[0]!r} but no"
+                    " embedding provider is available: configure that model, or run"
+                    " `ragpg reembed` to change it"
+                )
+            if current[0] != model or (dimension is not None and current[1] != dimension):
+                raise DimensionMismatch(
+                    f"collection {collection!r} is indexed with model {current[0]!r} ({current[1]} d);"
+                    f" the configured provider gives {model!r} ({dimension} d): ragpg will not mix"
+                    f" them. Run `ragpg reembed --collection {collection} --model {model}`"
+                    " to switch, or configure the original model"
+                )
+            return
+        if current is None or model is not None:
+            with conn.transaction():
+                conn.execute(
+                    self.q("collection_upsert"),
+                    {"collection": collection, "model": model, "dimension": dimension},
+                )
+        if model is not None and dimension is not None:
+            self.ensure_vector_index(conn, model, dimension)
+
+    def ensure_vector_index(self, conn: psycopg.Connection[Any], model: str, dimension: int) -> None:
+        """A partial HNSW index per model on the typed cast of the untyped column."""
+        from psycopg import sql
+
+        kind = "halfvec" if dimension > HALFVEC_THRESHOLD else "vector"
+        stmt = sql.SQL(
+            "CREATE INDEX IF NOT EXISTS {name} ON {schema}.chunk_vector USING hnsw"
+            " ((embedding::{kind}({dim})) {ops}) WHERE model = {model}"
+        ).format(
+            name=sql.Identifier(vector_index_name(model)),
+            schema=sql.Identifier(self.schema),
+            kind=sql.SQL(kind),
+            dim=sql.Literal(dimension),
+            ops=sql.SQL(f"{kind}_cosine_ops"),
+            model=sql.Literal(model),
+        )
+        with conn.transaction():
+            conn.execute(stmt)
+
+    # -- writes ------------------------------------------------------------------------
+
+    def replace_documents(
+        self,
+        conn: psycopg.Connection[Any],
+        collection: str,
+        prepared: Sequence[PreparedDocument],
+        model: str | None,
+    ) -> int:
+        """Replace whole documents in one transaction (a savepoint in a caller's transaction).
+
+        Old chunks and vectors go, new ones come in by COPY; nothing about a document is ever
+        committed half-way. Returns the number of chunks written.
+        """
+        for p in prepared:
+            if p.vectors is not None and len(p.vectors) != len(p.chunks):
+                raise StoreError(
+                    f"{p.document.path}: {len(p.chunks)} chunks but {len(p.vectors)} vectors"
+                )
+        written = 0
+        with conn.transaction():
+            ids: list[int] = []
+            with conn.cursor() as cur:
+                for p in prepared:
+                    doc = p.document
+                    cur.execute(
+                        self.q("document_upsert"),
+                        {
+                            "collection": collection,
+                            "path": doc.path,
+                            "title": doc.title,
+                            "content_hash": doc.content_hash,
+                            "front_matter": Jsonb(doc.front_matter),
+                            "parent_path": doc.parent_path,
+                            "level": doc.level,
+                            "node_type": doc.node_type,
+                            "embed": doc.embed,
+                            "language": p.language,
+                            "fingerprint": p.fingerprint,
+                            "chunk_count": len(p.chunks),
+                            "token_count": p.token_count,
+                            "source_root": p.source_root,
+                        },
+                    )
+                    row = cur.fetchone()
+                    assert row is not None
+                    ids.append(int(row[0]))
+                cur.execute(self.q("chunks_delete_for_documents"), {"ids": ids})
+                total = sum(len(p.chunks) for p in prepared)
+                if total == 0:
+                    return 0
+                cur.execute(
+                    self.q("chunk_ids_allocate"), {"table": self.q.table("chunk"), "n": total}
+                )
+                chunk_ids = [int(r[0]) for r in cur.fetchall()]
+                with cur.copy(self.q("chunk_copy")) as copy:
+                    i = 0
+                    for doc_id, p in zip(ids, prepared, strict=True):
+                        config = self.q.config(p.language)
+                        for c in p.chunks:
+                            copy.write_row(
+                                (
+                                    chunk_ids[i], doc_id, c.position, c.section, c.anchor,
+                                    c.content, c.token_count, c.content_hash, config,
+                                )
+                            )
+                            i += 1
+                written = total
+                if model is not None and any(p.vectors is not None for p in prepared):
+                    with cur.copy(self.q("vector_copy")) as copy:
+                        copy.set_types(["bigint", "text", "vector"])
+                        i = 0
+                        for p in prepared:
+                            if p.vectors is None:
+                                i += len(p.chunks)
+                                continue
+                            for vec in p.vectors:
+                                copy.write_row((chunk_ids[i], model, vec))
+                                i += 1
+        return written
+
+    def delete_documents(
+        self, conn: psycopg.Connection[Any], collection: str, paths: Sequence[str]
+    ) -> tuple[int, int]:
+        """Delete documents (cascade to chunks and vectors); returns (documents, chunks)."""
+        if not paths:
+            return 0, 0
+        with conn.transaction():
+            rows = conn.execute(
+                self.q("documents_prune"), {"collection": collection, "paths": list(paths)}
+            ).fetchall()
+        return len(rows), sum(int(r[1]) for r in rows)
+
+    # -- runs --------------------------------------------------------------------------
+
+    def start_run(
+        self, conn: psycopg.Connection[Any], *, source_root: str, collection: str, mode: str,
+        model: str | None,
+    ) -> int:
+        with conn.transaction():
+            row = conn.execute(
+                self.q("run_start"),
+                {"source_root": source_root, "collection": collection, "mode": mode, "model": model},
+            ).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    def finish_run(self, conn: psycopg.Connection[Any], run_id: int, status: str, report: Any) -> None:
+        errors = [{"path": f.path, "error": f.error, "kind": f.kind} for f in report.failures]
+        with conn.transaction():
+            conn.execute(
+                self.q("run_finish"),
+                {
+                    "id": run_id,
+                    "status": status,
+                    "documents_seen": report.documents_seen,
+                    "documents_indexed": report.documents_indexed,
+                    "documents_skipped": report.documents_skipped,
+                    "documents_failed": report.documents_failed,
+                    "documents_deleted": report.documents_deleted,
+                    "chunks_upserted": report.chunks_upserted,
+                    "chunks_unchanged": report.chunks_unchanged,
+                    "chunks_deleted": report.chunks_deleted,
+                    "embedding_calls": report.embedding_calls,
+                    "tokens_embedded": report.tokens_embedded,
+                    "errors": Jsonb(errors),
+                },
+            )
+
+    # -- stats -------------------------------------------------------------------------
+
+    def stats(self, conn: psycopg.Connection[Any], collection: str) -> dict[str, Any]:
+        row = conn.execute(self.q("stats_totals"), {"collection": collection}).fetchone()
+        assert row is not None
+        models = conn.execute(self.q("stats_models"), {"collection": collection}).fetchall()
+        coll = self.collection_model(conn, collection)
+        last = conn.execute(self.q("stats_last_run"), {"collection": collection}).fetchone()
+        return {
+            "collection": collection,
+            "documents": int(row[0]),
+            "chunks": int(row[1]),
+            "last_indexed_at": row[2].isoformat() if row[2] else None,
+            "model": coll[0] if coll else None,
+            "dimension": coll[1] if coll else None,
+            "models": [{"model": m[0], "dimension": m[1], "vectors": int(m[2])} for m in models],
+            "last_run": None
+            if last is None
+            else {
+                "id": last[0],
+                "started_at": last[1].isoformat(),
+                "finished_at": last[2].isoformat() if last[2] else None,
+                "status": last[3],
+                "documents_seen": last[4],
+                "documents_indexed": last[5],
+                "documents_failed": last[6],
+            },
+        }

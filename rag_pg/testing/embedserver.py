@@ -1,0 +1,469 @@
+"""A deterministic fake embedding service (seed-000 contract) with a scriptable fault plan.
+
+Tests, benchmarks and users' CI run it in-process on loopback::
+
+    with FakeEmbeddingServer(dim=64) as server:
+        provider = HttpEmbeddingProvider(server.url)
+        server.fault = "503"          # every /embed now fails, until set back to None
+
+or in the foreground: ``python -m rag_pg.testing.embedserver --port 8089 --dim 64``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import re
+import socket
+import sys
+import threading
+import unicodedata
+from collections import Counter
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+FAULTS = frozenset(
+    {
+        "500",
+        "503",
+        "422",
+        "wrong_count",
+        "wrong_dim",
+        "nan",
+        "zero",
+        "non_json",
+        "slow",
+        "missing_vectors",
+        "truncated",
+        "redirect",
+        "drip",
+        "huge",
+    }
+)
+_TOKEN = re.compile(r"[a-z0-9]+")
+_COORDS_PER_TOKEN = 3
+_MAX_REQUEST_BYTES = 64 * 1024 * 1024
+
+
+def _tokens(text: str) -> list[str]:
+    decomposed = unicodedata.normalize("NFKD", text)
+    folded = "".join(c for c in decomposed if not unicodedata.combining(c)).lower()
+    return _TOKEN.findall(folded)
+
+
+def fake_vector(text: str, dim: int) -> npt.NDArray[np.float32]:
+    """A hashed bag of words a human can predict: texts that share words are close.
+
+    Lower-cased, accents stripped, tokens ``[a-z0-9]+``; each token adds ``1 + ln(tf)`` to
+    three signed coordinates chosen by blake2b (stable across processes, unlike ``hash()``);
+    the result is L2-normalised. A text without tokens gets a fixed unit vector.
+    """
+    if dim <= 0:
+        raise ValueError("dim must be positive")
+    vector = np.zeros(dim, dtype=np.float64)
+    for token, tf in sorted(Counter(_tokens(text)).items()):
+        weight = 1.0 + float(np.log(tf))
+        digest = hashlib.blake2b(token.encode("utf-8"), digest_size=4 * _COORDS_PER_TOKEN).digest()
+        for k in range(_COORDS_PER_TOKEN):
+            word = int.from_bytes(digest[4 * k : 4 * k + 4], "big")
+            sign = 1.0 if word & 1 else -1.0
+            vector[(word >> 1) % dim] += sign * weight
+    norm = float(np.linalg.norm(vector))
+    if norm == 0.0:
+        return np.full(dim, 1.0 / np.sqrt(dim), dtype=np.float32)
+    return (vector / norm).astype(np.float32)
+
+
+class _Server(ThreadingHTTPServer):
+    """Joins its handler threads on close and can cut idle keep-alive connections."""
+
+    daemon_threads = False
+    block_on_close = True
+    fake: FakeEmbeddingServer
+
+    def __init__(self, address: tuple[str, int], fake: FakeEmbeddingServer) -> None:
+        self.fake = fake
+        self.open_sockets: set[socket.socket] = set()
+        self.sockets_lock = threading.Lock()
+        super().__init__(address, _Handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that gave up (timeout tests) is expected; stay quiet about it."""
+        exc = sys.exc_info()[1]
+        if isinstance(exc, OSError):
+            return
+        super().handle_error(request, client_address)
+
+    def cut_connections(self) -> None:
+        with self.sockets_lock:
+            sockets = list(self.open_sockets)
+        for sock in sockets:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "ragpg-fake-embed/1"
+    timeout = 60.0
+    server: _Server
+
+    def setup(self) -> None:
+        super().setup()
+        # Headers and body go out in separate writes: without this, Nagle plus delayed ACK
+        # adds ~40 ms to every answer and skews benchmarks.
+        self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        with self.server.sockets_lock:
+            self.server.open_sockets.add(self.request)
+        self.server.fake._count("connections")
+        if self.server.fake._stopping.is_set():  # accepted just before stop(): hang up now
+            self.server.cut_connections()
+
+    def finish(self) -> None:
+        with self.server.sockets_lock:
+            self.server.open_sockets.discard(self.request)
+        try:
+            super().finish()
+        except OSError:
+            pass
+
+    def log_message(self, format: str, *args: Any) -> None:
+        if self.server.fake.verbose:
+            sys.stderr.write(f"{self.address_string()} {format % args}\n")
+
+    def do_GET(self) -> None:
+        fake = self.server.fake
+        if self.path.split("?")[0].rstrip("/") != "/health":
+            self._send_json(404, {"detail": "not found"})
+            return
+        fake._count("health_calls")
+        fault = fake.fault
+        if fault is not None and fault.isdigit() and fault != "422":
+            self._send_json(int(fault), {"detail": f"fault {fault}"})
+            return
+        self._send_json(200, {"status": "ok", "model": fake.model, "dim": fake.dim})
+
+    def do_POST(self) -> None:
+        if self.path.split("?")[0].rstrip("/") != "/embed":
+            self._drain()
+            self._send_json(404, {"detail": "not found"})
+            return
+        body = self._drain()
+        self.server.fake._answer_embed(self, body)
+
+    def _drain(self) -> bytes:
+        length = int(self.headers.get("Content-Length") or 0)
+        if length > _MAX_REQUEST_BYTES:
+            self.close_connection = True
+            return b""
+        return self.rfile.read(length)
+
+    def _send_json(
+        self, status: int, payload: object, headers: dict[str, str] | None = None
+    ) -> None:
+        self._send_bytes(status, json.dumps(payload).encode("utf-8"), headers=headers)
+
+    def _send_bytes(
+        self,
+        status: int,
+        data: bytes,
+        *,
+        content_type: str = "application/json",
+        headers: dict[str, str] | None = None,
+        length: int | None = None,
+    ) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data) if length is None else length))
+        for name, value in (headers or {}).items():
+            self.send_header(name, value)
+        self.end_headers()
+        self.wfile.write(data)
+
+
+class FakeEmbeddingServer:
+    """An in-process embedding service on loopback whose answers and failures tests script.
+
+    Set ``fault`` (any time) to one of FAULTS, or to any 4xx/5xx code as a string; set
+    ``poison`` to make batches holding that substring fail with 422; set ``fail_next`` to
+    fail the next N calls with 503. Counters are thread-safe.
+    """
+
+    def __init__(
+        self,
+        *,
+        dim: int = 64,
+        model: str | None = None,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        delay: float = 0.0,
+        verbose: bool = False,
+    ) -> None:
+        if dim <= 0:
+            raise ValueError("dim must be positive")
+        self.dim = dim
+        self.model = model if model is not None else f"fake-bow-{dim}"
+        self.host = host
+        self.port = port
+        self.delay = delay
+        self.verbose = verbose
+        self.fault_detail = "fake server refused the input"
+        self.poison: str | None = None
+        self.fail_next = 0
+        self.retry_after: str | None = None
+        self.redirect_to = "/elsewhere"
+        self.slow_seconds = 30.0
+        self.drip_interval = 0.05
+        self.huge_bytes = 80 * 1024 * 1024
+        self.requests: list[dict[str, Any]] = []
+        self._fault: str | None = None
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._calls = 0
+        self._texts_embedded = 0
+        self._health_calls = 0
+        self._connections = 0
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- configuration and counters -------------------------------------------------------------
+
+    @property
+    def fault(self) -> str | None:
+        return self._fault
+
+    @fault.setter
+    def fault(self, value: str | None) -> None:
+        if value is not None and value not in FAULTS and not _is_error_status(value):
+            raise ValueError(
+                f"unknown fault {value!r}: expected one of {sorted(FAULTS)} or 4xx/5xx"
+            )
+        self._fault = value
+
+    @property
+    def calls(self) -> int:
+        """POST /embed requests received, whatever their outcome."""
+        with self._lock:
+            return self._calls
+
+    @property
+    def texts_embedded(self) -> int:
+        """Texts answered with a vector (successful calls only)."""
+        with self._lock:
+            return self._texts_embedded
+
+    @property
+    def health_calls(self) -> int:
+        """GET /health requests received."""
+        with self._lock:
+            return self._health_calls
+
+    @property
+    def connections(self) -> int:
+        """TCP connections accepted: shows whether a client reuses its connections."""
+        with self._lock:
+            return self._connections
+
+    def reset_counters(self) -> None:
+        with self._lock:
+            self._calls = 0
+            self._texts_embedded = 0
+            self._health_calls = 0
+            self._connections = 0
+            self.requests.clear()
+
+    def _count(self, name: str) -> None:
+        with self._lock:
+            setattr(self, f"_{name}", getattr(self, f"_{name}") + 1)
+
+    @property
+    def url(self) -> str:
+        if self._server is None:
+            raise RuntimeError("FakeEmbeddingServer is not started")
+        address = self._server.server_address
+        host = address[0].decode() if isinstance(address[0], bytes) else str(address[0])
+        port = address[1]
+        shown = f"[{host}]" if ":" in host else host
+        return f"http://{shown}:{port}"
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def start(self) -> FakeEmbeddingServer:
+        if self._server is not None:
+            return self
+        self._stopping.clear()
+        server = _Server((self.host, self.port), self)
+        self._server = server
+        self._thread = threading.Thread(
+            target=server.serve_forever,
+            kwargs={"poll_interval": 0.01},
+            name=f"fake-embed-{server.server_address[1]}",
+            daemon=True,
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving, cut keep-alive connections, join every thread, close the socket."""
+        server, thread = self._server, self._thread
+        if server is None:
+            return
+        self._stopping.set()
+        server.shutdown()
+        server.cut_connections()
+        server.server_close()
+        if thread is not None:
+            thread.join()
+        self._server = None
+        self._thread = None
+
+    def __enter__(self) -> FakeEmbeddingServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- /embed ---------------------------------------------------------------------------------
+
+    def _answer_embed(self, handler: _Handler, body: bytes) -> None:
+        with self._lock:
+            self._calls += 1
+            failing = self.fail_next > 0
+            if failing:
+                self.fail_next -= 1
+        try:
+            payload = json.loads(body)
+        except ValueError:
+            payload = None
+        kind = payload.get("type") if isinstance(payload, dict) else None
+        texts = payload.get("texts") if isinstance(payload, dict) else None
+        with self._lock:
+            count = len(texts) if isinstance(texts, list) else None
+            self.requests.append({"type": kind, "count": count})
+        if self.delay > 0 and self._stopping.wait(self.delay):
+            return
+        fault = self._fault
+        if failing:
+            handler._send_json(503, {"detail": "fail_next"})
+            return
+        if fault is not None and _is_error_status(fault) and fault != "422":
+            extra = {"Retry-After": self.retry_after} if self.retry_after is not None else None
+            handler._send_json(int(fault), {"detail": f"fault {fault}"}, headers=extra)
+            return
+        if fault == "redirect":
+            handler._send_bytes(302, b"", headers={"Location": self.redirect_to})
+            return
+        problem = _check_payload(kind, texts)
+        if problem is not None:
+            handler._send_json(422, {"detail": problem})
+            return
+        assert isinstance(texts, list)
+        if fault == "422":
+            handler._send_json(422, {"detail": self.fault_detail})
+            return
+        if self.poison is not None and any(self.poison in t for t in texts):
+            handler._send_json(422, {"detail": "poison text"})
+            return
+        if fault == "slow" and self._stopping.wait(self.slow_seconds):
+            return
+        self._send_vectors(handler, texts, fault)
+
+    def _send_vectors(self, handler: _Handler, texts: list[str], fault: str | None) -> None:
+        vectors = [fake_vector(t, self.dim).tolist() for t in texts]
+        if fault == "wrong_count":
+            vectors = vectors[:-1] if len(vectors) > 1 else vectors * 2
+        elif fault == "wrong_dim":
+            vectors = [v + [0.0] for v in vectors]
+        elif fault == "nan":
+            vectors[0][0] = float("nan")
+        elif fault == "zero":
+            vectors[0] = [0.0] * self.dim
+        reply: dict[str, Any] = {"model": self.model, "dim": self.dim, "vectors": vectors}
+        if fault == "missing_vectors":
+            del reply["vectors"]
+        if fault == "non_json":
+            handler._send_bytes(200, b"this is not JSON", content_type="text/plain")
+            return
+        if fault == "huge":
+            self._send_huge(handler)
+            return
+        data = json.dumps(reply).encode("utf-8")
+        if fault == "truncated":
+            data = data[: max(1, len(data) // 2)]
+        if fault == "drip":
+            self._drip(handler, data)
+            return
+        if fault is None:  # counted before answering, so a client never sees a stale count
+            with self._lock:
+                self._texts_embedded += len(texts)
+        handler._send_bytes(200, data)
+
+    def _send_huge(self, handler: _Handler) -> None:
+        """Announce a body over any sane cap; a careful client refuses it from the header."""
+        handler.close_connection = True
+        handler._send_bytes(200, b'{"vectors": [', length=self.huge_bytes)
+
+    def _drip(self, handler: _Handler, data: bytes) -> None:
+        """Send the body a few bytes at a time: each read is quick, the whole is not."""
+        handler._send_bytes(200, b"", length=len(data))
+        for i in range(0, len(data), 4):
+            if self._stopping.wait(self.drip_interval):
+                return
+            handler.wfile.write(data[i : i + 4])
+            handler.wfile.flush()
+
+
+def _is_error_status(value: str) -> bool:
+    return len(value) == 3 and value.isdigit() and 400 <= int(value) <= 599
+
+
+def _check_payload(kind: object, texts: object) -> str | None:
+    """The 422 a real service would give, so the client's own checks can be tested."""
+    if kind not in ("query", "passage"):
+        return "type must be 'query' or 'passage'"
+    if not isinstance(texts, list) or not texts:
+        return "texts must be a non-empty list"
+    if not all(isinstance(t, str) for t in texts):
+        return "texts must be strings"
+    return None
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the fake server in the foreground and print its URL."""
+    parser = argparse.ArgumentParser(
+        prog="python -m rag_pg.testing.embedserver", description=__doc__
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8089)
+    parser.add_argument("--dim", type=int, default=64)
+    parser.add_argument("--model", default=None, help="model name (default fake-bow-DIM)")
+    parser.add_argument("--delay", type=float, default=0.0, help="seconds added to each /embed")
+    parser.add_argument("--verbose", action="store_true", help="log each request on stderr")
+    args = parser.parse_args(argv)
+    server = FakeEmbeddingServer(
+        dim=args.dim,
+        model=args.model,
+        host=args.host,
+        port=args.port,
+        delay=args.delay,
+        verbose=args.verbose,
+    )
+    server.start()
+    print(server.url, flush=True)
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

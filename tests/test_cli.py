@@ -1,0 +1,104 @@
+"""The ragpg command as a user runs it: subprocesses, exit codes, one-line errors, JSON."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+from .conftest import run_cli
+from .invariants import violations
+
+
+def env_for(db_url, server=None, **extra):
+    env = {"RAGPG_DATABASE_URL": db_url}
+    if server is not None:
+        env["RAGPG_EMBEDDING_URL"] = server.url
+    env.update(extra)
+    return env
+
+
+def test_ingest_search_stats_json(db_url, embed_server, corpus, tmp_path):
+    env = env_for(db_url, embed_server)
+    out = run_cli(["ingest", str(corpus), "--json"], env=env, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["documents_seen"] == 9 and report["documents_indexed"] == 9
+    out = run_cli(["search", "restaurer une sauvegarde pg_dump", "--json", "-k", "3"], env=env, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    hits = json.loads(out.stdout)
+    assert len(hits) == 3
+    assert hits[0]["path"] == "fr/admin/sauvegardes.md"
+    for key in ("path", "title", "section", "anchor", "position", "score", "content", "collection"):
+        assert key in hits[0]
+    assert [h["score"] for h in hits] == sorted((h["score"] for h in hits), reverse=True)
+    out = run_cli(["stats", "--json"], env=env, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    stats = json.loads(out.stdout)
+    assert stats["documents"] == 9 and stats["chunks"] == report["chunks_upserted"]
+    assert stats["last_indexed_at"] and stats["embedding"]["status"] == "ok"
+    assert stats["models"][0]["model"] == "fake-bow-64"
+
+
+def test_422_exits_1_with_the_detail_in_one_line(db_url, embed_server, corpus, tmp_path):
+    embed_server.fault = "422"
+    embed_server.fault_detail = "texte trop long pour le modèle"
+    out = run_cli(["ingest", str(corpus)], env=env_for(db_url, embed_server), cwd=tmp_path)
+    assert out.returncode == 1
+    assert "texte trop long pour le modèle" in out.stderr
+    assert "Traceback" not in out.stderr
+    assert violations(db_url) == []
+
+
+def test_unavailable_service_exits_3_without_traceback(db_url, corpus, tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = run_cli(["ingest", str(corpus)], env=env_for(db_url, RAGPG_EMBEDDING_URL=f"http://127.0.0.1:{port}"),
+                  cwd=tmp_path)
+    assert out.returncode == 3, out.stderr
+    assert out.stderr.count("\n") <= 2 and "Traceback" not in out.stderr
+    assert "unavailable" in out.stderr or "refused" in out.stderr.lower()
+
+
+def test_stats_degrades_when_the_database_is_down(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out = run_cli(["stats"], env={"RAGPG_DATABASE_URL": f"postgresql://u:secretpw@127.0.0.1:{port}/x",
+                                   "RAGPG_EMBEDDING_PROVIDER": "none"}, cwd=tmp_path)
+    assert out.returncode == 0
+    assert "warning" in out.stderr.lower() or "unavailable" in out.stderr.lower()
+    assert "secretpw" not in out.stderr + out.stdout
+
+
+def test_usage_and_config_errors_exit_2(db_url, tmp_path):
+    out = run_cli(["search"], env=env_for(db_url), cwd=tmp_path)
+    assert out.returncode == 2
+    out = run_cli(["search", "x"], env=env_for(db_url, RAGPG_CHUNK_SIZE="-1"), cwd=tmp_path)
+    assert out.returncode == 2 and "chunk.size" in out.stderr and "Traceback" not in out.stderr
+    out = run_cli(["ingest", str(tmp_path / "missing")], env=env_for(db_url, RAGPG_EMBEDDING_PROVIDER="none"),
+                  cwd=tmp_path)
+    assert out.returncode == 2 and "not a directory" in out.stderr
+
+
+def test_blank_query_and_k_zero_return_nothing(db_url, tmp_path):
+    env = env_for(db_url, RAGPG_EMBEDDING_PROVIDER="none")
+    for args in (["search", "   ", "--json"], ["search", "x", "-k", "0", "--json"]):
+        out = run_cli(args, env=env, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+        assert json.loads(out.stdout) == []
+
+
+def test_dry_run_lists_changes(db_url, embed_server, corpus, tmp_path):
+    out = run_cli(["ingest", str(corpus), "--dry-run", "--json"], env=env_for(db_url, embed_server), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["dry_run"] and len(data["added"]) == 9 and data["tokens_embedded"] > 0
+    assert embed_server.calls == 0
+
+
+def test_python_dash_m_and_help():
+    out = run_cli(["--help"])
+    assert out.returncode == 0
+    for command in ("init", "ingest", "search", "stats"):
+        assert command in out.stdout

@@ -1,0 +1,587 @@
+"""The HTTP provider against the real fake server on loopback, plus MockTransport edge cases."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import httpx
+import numpy as np
+import pytest
+
+import rag_pg.embed
+from rag_pg.embed import HttpEmbeddingProvider, check_request, validate_vectors
+from rag_pg.errors import ConfigError, EmbeddingError
+from rag_pg.testing.embedserver import FakeEmbeddingServer, fake_vector
+
+PASSWORD = "s3cret-canary-pw"
+API_KEY = "sk-canary-api-key-0042"
+
+Factory = Callable[..., HttpEmbeddingProvider]
+
+
+@pytest.fixture
+def server() -> Iterator[FakeEmbeddingServer]:
+    with FakeEmbeddingServer(dim=16) as srv:
+        yield srv
+
+
+@pytest.fixture
+def make() -> Iterator[Factory]:
+    """Providers built in a test are closed after it (no leaked sockets)."""
+    made: list[HttpEmbeddingProvider] = []
+
+    def factory(url: str, **kwargs: object) -> HttpEmbeddingProvider:
+        kwargs.setdefault("timeout", 5.0)
+        provider = HttpEmbeddingProvider(url, **kwargs)  # type: ignore[arg-type]
+        made.append(provider)
+        return provider
+
+    yield factory
+    for provider in made:
+        provider.close()
+
+
+def mock(handler: Callable[[httpx.Request], httpx.Response], **kwargs: object) -> HttpEmbeddingProvider:
+    return HttpEmbeddingProvider(
+        "http://embed.test", transport=httpx.MockTransport(handler), **kwargs  # type: ignore[arg-type]
+    )
+
+
+def raw_reply(body: bytes, status: int = 200) -> Callable[[httpx.Request], httpx.Response]:
+    return lambda request: httpx.Response(status, content=body)
+
+
+def json_reply(body: object, status: int = 200) -> Callable[[httpx.Request], httpx.Response]:
+    return raw_reply(json.dumps(body).encode(), status)
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+def test_public_names_are_sorted_and_exist() -> None:
+    assert rag_pg.embed.__all__ == sorted(rag_pg.embed.__all__)
+    assert all(hasattr(rag_pg.embed, name) for name in rag_pg.embed.__all__)
+
+
+# -- happy path ---------------------------------------------------------------------------------
+
+
+def test_vectors_come_back_validated_and_in_order(
+    server: FakeEmbeddingServer, make: Factory
+) -> None:
+    texts = ["zeta", "alpha beta", "élève café", "", "nul\x00byte"]
+    vectors = make(server.url).embed("passage", texts)
+    assert vectors.dtype == np.float32 and vectors.flags.c_contiguous
+    assert np.array_equal(vectors, np.stack([fake_vector(t, 16) for t in texts]))
+    assert server.requests == [{"type": "passage", "count": 5}]
+
+
+def test_batches_keep_the_order(server: FakeEmbeddingServer, make: Factory) -> None:
+    texts = [f"text number {i}" for i in range(7)]
+    vectors = make(server.url, batch_size=3).embed("query", texts)
+    assert np.array_equal(vectors, np.stack([fake_vector(t, 16) for t in texts]))
+    assert [r["count"] for r in server.requests] == [3, 3, 1]
+
+
+def test_model_and_dimension_are_learned_once_from_health(
+    server: FakeEmbeddingServer, make: Factory
+) -> None:
+    provider = make(server.url)
+    assert (provider.model, provider.dimension, provider.model) == ("fake-bow-16", 16, "fake-bow-16")
+    assert server.health_calls == 1 and server.calls == 0
+
+
+def test_configured_model_and_dimension_need_no_request(
+    server: FakeEmbeddingServer, make: Factory
+) -> None:
+    provider = make(server.url, model="fake-bow-16", dimension=16)
+    assert (provider.kind, provider.model, provider.dimension) == ("http", "fake-bow-16", 16)
+    assert server.health_calls == 0
+
+
+def test_health(server: FakeEmbeddingServer, make: Factory) -> None:
+    assert make(server.url).health() == {"status": "ok", "model": "fake-bow-16", "dim": 16}
+
+
+def test_one_connection_is_reused(server: FakeEmbeddingServer, make: Factory) -> None:
+    provider = make(server.url)
+    for _ in range(5):
+        provider.embed("query", ["a"])
+    provider.health()
+    assert server.connections == 1
+
+
+def test_threads_share_one_provider(server: FakeEmbeddingServer, make: Factory) -> None:
+    provider = make(server.url)
+    failures: list[str] = []
+
+    def work(n: int) -> None:
+        for i in range(15):
+            text = f"thread {n} call {i}"
+            if not np.array_equal(provider.embed("query", [text])[0], fake_vector(text, 16)):
+                failures.append(text)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert failures == [] and server.calls == 120
+
+
+def test_base_path_is_kept(make: Factory) -> None:
+    seen: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(str(request.url))
+        return httpx.Response(200, json={"model": "m", "dim": 2, "vectors": [[1.0, 0.0]]})
+
+    provider = HttpEmbeddingProvider(
+        "https://gw.test/models/e5/?tenant=a", transport=httpx.MockTransport(handler)
+    )
+    provider.embed("query", ["a"])
+    provider.close()
+    assert seen == ["https://gw.test/models/e5/embed?tenant=a"]
+
+
+# -- local validation: nothing is sent ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kind", "texts"),
+    [
+        ("bogus", ["a"]),
+        ("QUERY", ["a"]),
+        ("query", []),
+        ("query", "a plain string"),
+        ("passage", ["ok", 3]),
+        ("passage", ["ok", None]),
+        ("passage", ["lone \ud800 surrogate"]),
+    ],
+)
+def test_invalid_input_sends_no_request(
+    server: FakeEmbeddingServer, make: Factory, kind: str, texts: object
+) -> None:
+    with pytest.raises(EmbeddingError) as caught:
+        make(server.url).embed(kind, texts)  # type: ignore[arg-type]
+    assert caught.value.kind == "invalid_input"
+    assert (server.calls, server.connections) == (0, 0)
+
+
+def test_check_request_accepts_tuples_and_empty_strings() -> None:
+    check_request("query", ("", "a"))
+
+
+# -- fault modes of the real server --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("fault", "kind"),
+    [
+        ("500", "unavailable"),
+        ("503", "unavailable"),
+        ("400", "unavailable"),
+        ("429", "unavailable"),
+        ("502", "unavailable"),
+        ("504", "unavailable"),
+        ("422", "invalid_input"),
+        ("wrong_count", "malformed"),
+        ("wrong_dim", "malformed"),
+        ("nan", "malformed"),
+        ("zero", "malformed"),
+        ("non_json", "malformed"),
+        ("missing_vectors", "malformed"),
+        ("truncated", "malformed"),
+        ("huge", "malformed"),
+        ("redirect", "unavailable"),
+    ],
+)
+def test_each_fault_maps_to_its_kind(
+    server: FakeEmbeddingServer, make: Factory, fault: str, kind: str
+) -> None:
+    server.fault = fault
+    with pytest.raises(EmbeddingError) as caught:
+        make(server.url).embed("passage", ["first text", "second text"])
+    assert caught.value.kind == kind
+    assert server.url in str(caught.value)
+
+
+def test_422_message_carries_the_detail(server: FakeEmbeddingServer, make: Factory) -> None:
+    server.fault = "422"
+    server.fault_detail = "text 1 exceeds 512 tokens"
+    with pytest.raises(EmbeddingError) as caught:
+        make(server.url).embed("passage", ["a", "b"])
+    assert "text 1 exceeds 512 tokens" in str(caught.value)
+    assert caught.value.detail == "text 1 exceeds 512 tokens"
+
+
+def test_poison_batch_is_invalid_input(server: FakeEmbeddingServer, make: Factory) -> None:
+    server.poison = "BAD"
+    provider = make(server.url)
+    with pytest.raises(EmbeddingError) as caught:
+        provider.embed("passage", ["fine", "BAD one"])
+    assert (caught.value.kind, caught.value.detail) == ("invalid_input", "poison text")
+    assert provider.embed("passage", ["fine"]).shape == (1, 16)
+
+
+def test_service_recovers_after_fail_next(server: FakeEmbeddingServer, make: Factory) -> None:
+    server.fail_next = 1
+    provider = make(server.url)
+    with pytest.raises(EmbeddingError, match="HTTP 503"):
+        provider.embed("query", ["a"])
+    assert provider.embed("query", ["a"]).shape == (1, 16)
+
+
+def test_timeout_is_unavailable_and_quick(make: Factory) -> None:
+    with FakeEmbeddingServer(dim=8, delay=3.0) as slow:
+        provider = make(slow.url, timeout=0.3)
+        started = time.monotonic()
+        with pytest.raises(EmbeddingError) as caught:
+            provider.embed("query", ["a"])
+        elapsed = time.monotonic() - started
+    assert caught.value.kind == "unavailable" and "timed out" in str(caught.value)
+    assert elapsed < 1.5
+
+
+def test_slow_drip_hits_the_total_deadline(server: FakeEmbeddingServer, make: Factory) -> None:
+    server.fault = "drip"  # each read is quick, the whole body takes seconds
+    provider = make(server.url, timeout=0.5)
+    started = time.monotonic()
+    with pytest.raises(EmbeddingError) as caught:
+        provider.embed("query", ["a"])
+    assert caught.value.kind == "unavailable"
+    assert time.monotonic() - started < 1.5
+
+
+def test_connection_refused_is_unavailable(make: Factory) -> None:
+    url = f"http://127.0.0.1:{closed_port()}"
+    provider = make(url)
+    for call in (lambda: provider.embed("query", ["a"]), provider.health):
+        with pytest.raises(EmbeddingError) as caught:
+            call()
+        assert caught.value.kind == "unavailable" and url in str(caught.value)
+
+
+def test_redirects_are_not_followed() -> None:
+    with FakeEmbeddingServer(dim=8) as front, FakeEmbeddingServer(dim=8) as internal:
+        front.fault = "redirect"
+        front.redirect_to = internal.url + "/embed"
+        with HttpEmbeddingProvider(front.url) as provider:
+            with pytest.raises(EmbeddingError, match="redirect") as caught:
+                provider.embed("query", ["a"])
+        assert caught.value.kind == "unavailable"
+        assert (internal.calls, internal.connections) == (0, 0)
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "file:///etc/passwd",
+        "gopher://127.0.0.1:70/",
+        "ftp://127.0.0.1/",
+        "127.0.0.1:8089",
+        "",
+        "http://",
+        "not a url",
+    ],
+)
+def test_only_http_and_https_urls_are_accepted(url: str) -> None:
+    with pytest.raises(ConfigError):
+        HttpEmbeddingProvider(url)
+
+
+@pytest.mark.parametrize("setting", [{"dimension": 0}, {"timeout": 0}, {"batch_size": 0}])
+def test_bad_numbers_are_config_errors(setting: dict[str, int]) -> None:
+    with pytest.raises(ConfigError):
+        HttpEmbeddingProvider("http://127.0.0.1:1", **setting)  # type: ignore[arg-type]
+
+
+# -- secrets never leak (G5) --------------------------------------------------------------------
+
+
+def test_password_and_api_key_never_appear_in_errors(
+    server: FakeEmbeddingServer, make: Factory
+) -> None:
+    port = server.url.rsplit(":", 1)[1]
+    urls = [
+        f"http://admin:{PASSWORD}@127.0.0.1:{port}",
+        f"http://admin:{PASSWORD}@127.0.0.1:{port}/?key={API_KEY}",
+        f"http://admin:{PASSWORD}@127.0.0.1:{closed_port()}",
+    ]
+    captured: list[str] = []
+    for url in urls:
+        provider = make(url, api_key=API_KEY, timeout=0.3)
+        captured.append(repr(provider))
+        for fault in ("500", "422", "nan", "redirect", "slow", "truncated", None):
+            server.fault = fault
+            server.fault_detail = f"echo {PASSWORD} {API_KEY}"  # a service that echoes secrets
+            for call in (lambda: provider.embed("query", ["a"]), provider.health):
+                try:
+                    call()
+                except EmbeddingError as exc:
+                    captured += [str(exc), repr(exc), str(exc.detail), str(exc.__cause__)]
+    text = "\n".join(captured)
+    assert "embedding service at http://127.0.0.1:" in text
+    assert PASSWORD not in text and API_KEY not in text and "admin" not in text
+
+
+def test_credentials_are_still_sent_to_the_service() -> None:
+    seen: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers.get("authorization", ""))
+        return httpx.Response(200, json={"status": "ok", "model": "m", "dim": 2})
+
+    url = f"http://u:{PASSWORD}@embed.test"
+    for api_key in (API_KEY, None):
+        with HttpEmbeddingProvider(
+            url, api_key=api_key, transport=httpx.MockTransport(handler)
+        ) as provider:
+            provider.health()
+    assert seen == [f"Bearer {API_KEY}", httpx.BasicAuth("u", PASSWORD)._auth_header]
+
+
+# -- model and dimension drift (B4) -------------------------------------------------------------
+
+
+def test_configured_model_must_match(server: FakeEmbeddingServer, make: Factory) -> None:
+    with pytest.raises(EmbeddingError, match="returned model 'fake-bow-16', configured 'e5'") as caught:
+        make(server.url, model="e5").embed("query", ["a"])
+    assert caught.value.kind == "malformed"
+
+
+def test_configured_dimension_must_match(server: FakeEmbeddingServer, make: Factory) -> None:
+    with pytest.raises(EmbeddingError, match="dimension") as caught:
+        make(server.url, dimension=32).embed("query", ["a"])
+    assert caught.value.kind == "malformed"
+
+
+def test_model_switch_mid_run_is_refused(server: FakeEmbeddingServer, make: Factory) -> None:
+    provider = make(server.url)
+    provider.embed("query", ["a"])
+    server.model = "another-model"
+    with pytest.raises(EmbeddingError, match="another-model") as caught:
+        provider.embed("query", ["a"])
+    assert caught.value.kind == "malformed"
+
+
+def test_dimension_switch_mid_run_is_refused(server: FakeEmbeddingServer, make: Factory) -> None:
+    provider = make(server.url)
+    assert provider.dimension == 16
+    server.dim = 24
+    with pytest.raises(EmbeddingError) as caught:
+        provider.embed("query", ["a"])
+    assert caught.value.kind == "malformed"
+
+
+# -- malformed payloads (B2), through MockTransport ----------------------------------------------
+
+V = [0.6, 0.8]
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        pytest.param(b'{"vectors": [[0.6, 0.8]]}', id="count n-1"),
+        pytest.param(b'{"vectors": [[0.6, 0.8], [0.6, 0.8], [0.6, 0.8]]}', id="count n+1"),
+        pytest.param(b'{"vectors": []}', id="count 0"),
+        pytest.param(b'{"dim": 2, "vectors": [[1.0], [1.0]]}', id="dim d-1"),
+        pytest.param(b'{"dim": 2, "vectors": [[1.0, 0, 0], [1.0, 0, 0]]}', id="dim d+1"),
+        pytest.param(b'{"vectors": [[], []]}', id="dim 0"),
+        pytest.param(b'{"vectors": [[0.6, 0.8], [0.6]]}', id="ragged"),
+        pytest.param(b'{"vectors": [[NaN, 0.8], [0.6, 0.8]]}', id="NaN token"),
+        pytest.param(b'{"vectors": [[Infinity, 0.8], [0.6, 0.8]]}', id="Infinity token"),
+        pytest.param(b'{"vectors": [[-Infinity, 0.8], [0.6, 0.8]]}', id="-Infinity token"),
+        pytest.param(b'{"vectors": [[1e400, 0.8], [0.6, 0.8]]}', id="overflow"),
+        pytest.param(b'{"vectors": [[1e39, 0.8], [0.6, 0.8]]}', id="float32 overflow"),
+        pytest.param(b'{"vectors": [[0.0, 0.0], [0.6, 0.8]]}', id="zero vector"),
+        pytest.param(b'{"vectors": [["0.6", "0.8"], [0.6, 0.8]]}', id="strings"),
+        pytest.param(b'{"vectors": [[null, 0.8], [0.6, 0.8]]}', id="null item"),
+        pytest.param(b'{"vectors": [null, [0.6, 0.8]]}', id="null vector"),
+        pytest.param(b'{"vectors": [[true, false], [0.6, 0.8]]}', id="booleans"),
+        pytest.param(b'{"vectors": [[[0.6], [0.8]], [0.6, 0.8]]}', id="nested lists"),
+        pytest.param(b'{"vectors": {"0": [0.6, 0.8]}}', id="vectors object"),
+        pytest.param(b'{"vectors": "0.6,0.8"}', id="vectors string"),
+        pytest.param(b'{"vectors": null}', id="vectors null"),
+        pytest.param(b'{"model": "m", "dim": 2}', id="missing vectors"),
+        pytest.param(b"[[0.6, 0.8], [0.6, 0.8]]", id="not an object"),
+        pytest.param(b"<html>oops</html>", id="non-JSON"),
+        pytest.param(b'{"vectors": [[0.6, 0.8], [0.6', id="truncated JSON"),
+        pytest.param(b"\xff\xfe garbage", id="not UTF-8"),
+        pytest.param(b"[" * 100_000, id="deep nesting"),
+        pytest.param(b'{"dim": "2", "vectors": [[0.6, 0.8], [0.6, 0.8]]}', id="dim not int"),
+        pytest.param(b'{"dim": 3, "vectors": [[0.6, 0.8], [0.6, 0.8]]}', id="dim disagrees"),
+        pytest.param(b'{"model": 7, "vectors": [[0.6, 0.8], [0.6, 0.8]]}', id="model not str"),
+    ],
+)
+def test_malformed_payloads(body: bytes) -> None:
+    with mock(raw_reply(body)) as provider, pytest.raises(EmbeddingError) as caught:
+        provider.embed("passage", ["a", "b"])
+    assert caught.value.kind == "malformed", str(caught.value)
+
+
+def test_body_cap_is_enforced_from_the_header_without_reading() -> None:
+    reads: list[int] = []
+
+    def body() -> Iterator[bytes]:
+        reads.append(1)
+        yield b"{}"
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, headers={"content-length": "1000"}, content=body())
+
+    with mock(handler, max_response_bytes=100) as provider:
+        with pytest.raises(EmbeddingError, match="cap") as caught:
+            provider.embed("query", ["a"])
+    assert caught.value.kind == "malformed" and reads == []
+
+
+def test_body_cap_is_enforced_while_streaming() -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(200, content=iter([b"x" * 60, b"x" * 60, b"x" * 60]))
+
+    with mock(handler, max_response_bytes=100) as provider:
+        with pytest.raises(EmbeddingError, match="cap") as caught:
+            provider.embed("query", ["a"])
+    assert caught.value.kind == "malformed"
+
+
+def test_real_server_body_cap(server: FakeEmbeddingServer, make: Factory) -> None:
+    with pytest.raises(EmbeddingError, match="cap") as caught:
+        make(server.url, max_response_bytes=100).embed("query", ["a", "b", "c"])
+    assert caught.value.kind == "malformed"
+
+
+# -- statuses and transport errors, through MockTransport ----------------------------------------
+
+
+@pytest.mark.parametrize("status", [201, 204, 301, 302, 307, 400, 401, 403, 404, 413, 429, 500, 502, 503, 504])
+def test_every_other_status_is_unavailable(status: int) -> None:
+    with mock(json_reply({"vectors": [V]}, status)) as provider:
+        with pytest.raises(EmbeddingError, match=f"HTTP {status}") as caught:
+            provider.embed("query", ["a"])
+    assert caught.value.kind == "unavailable"
+
+
+@pytest.mark.parametrize(
+    ("detail", "shown"),
+    [
+        ("too long", "too long"),
+        ([{"loc": ["body", "texts", 0], "msg": "too long"}], '[{"loc":["body","texts",0],"msg":"too long"}]'),
+        ({"text": 3, "reason": "empty"}, '{"text":3,"reason":"empty"}'),
+        ("multi\nline   detail", "multi line detail"),
+    ],
+)
+def test_422_detail_is_rendered_compactly(detail: object, shown: str) -> None:
+    with mock(json_reply({"detail": detail}, 422)) as provider:
+        with pytest.raises(EmbeddingError) as caught:
+            provider.embed("query", ["a"])
+    assert caught.value.kind == "invalid_input"
+    assert caught.value.detail == shown and str(caught.value).endswith(": " + shown)
+
+
+def test_422_detail_is_truncated() -> None:
+    with mock(json_reply({"detail": "x" * 10_000}, 422)) as provider:
+        with pytest.raises(EmbeddingError) as caught:
+            provider.embed("query", ["a"])
+    assert caught.value.detail is not None and len(caught.value.detail) <= 500
+
+
+@pytest.mark.parametrize("body", [b"not json", b"{}", b'{"detail": null}'])
+def test_422_without_detail_is_still_invalid_input(body: bytes) -> None:
+    with mock(raw_reply(body, 422)) as provider:
+        with pytest.raises(EmbeddingError) as caught:
+            provider.embed("query", ["a"])
+    assert (caught.value.kind, caught.value.detail) == ("invalid_input", None)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        httpx.ConnectError("refused"),
+        httpx.ConnectTimeout("slow connect"),
+        httpx.ReadTimeout("slow read"),
+        httpx.RemoteProtocolError("garbage"),
+        httpx.ReadError("reset"),
+        httpx.ProxyError("proxy"),
+        httpx.UnsupportedProtocol("bad"),
+    ],
+)
+def test_transport_errors_are_unavailable(error: httpx.HTTPError) -> None:
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise error
+
+    with mock(handler) as provider:
+        with pytest.raises(EmbeddingError) as caught:
+            provider.embed("query", ["a"])
+    assert caught.value.kind == "unavailable"
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "kind"),
+    [
+        ({"status": "degraded", "model": "m", "dim": 2}, 200, "unavailable"),
+        ({"status": "ok", "model": "m", "dim": 2}, 503, "unavailable"),
+        ({"status": "ok", "dim": 2}, 200, "malformed"),
+        ({"status": "ok", "model": "m", "dim": "2"}, 200, "malformed"),
+        ({"status": "ok", "model": "m", "dim": 0}, 200, "malformed"),
+        (["ok"], 200, "malformed"),
+    ],
+)
+def test_health_failures(body: object, status: int, kind: str) -> None:
+    with mock(json_reply(body, status)) as provider, pytest.raises(EmbeddingError) as caught:
+        provider.health()
+    assert caught.value.kind == kind
+
+
+def test_dimension_property_raises_when_the_service_is_down(make: Factory) -> None:
+    provider = make(f"http://127.0.0.1:{closed_port()}")
+    with pytest.raises(EmbeddingError) as caught:
+        _ = provider.dimension
+    assert caught.value.kind == "unavailable"
+
+
+def test_closed_provider_is_unavailable(server: FakeEmbeddingServer) -> None:
+    provider = HttpEmbeddingProvider(server.url)
+    provider.embed("query", ["a"])
+    provider.close()
+    provider.close()
+    with pytest.raises(EmbeddingError) as caught:
+        provider.embed("query", ["a"])
+    assert caught.value.kind == "unavailable"
+
+
+# -- validate_vectors directly --------------------------------------------------------------------
+
+
+def test_validate_vectors_accepts_lists_and_arrays() -> None:
+    as_list = validate_vectors([[3, 4], [0.0, -1.5]], count=2, dimension=2)
+    as_array = validate_vectors(np.array([[3, 4], [0.0, -1.5]], dtype=np.float64), count=2, dimension=None)
+    assert as_list.dtype == np.float32 and np.array_equal(as_list, as_array)
+    assert as_list.tolist() == [[3.0, 4.0], [0.0, -1.5]]
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        np.zeros((2, 2)),
+        np.ones((3, 2)),
+        np.ones(2),
+        np.array([["a", "b"], ["c", "d"]]),
+        np.array([[np.inf, 1.0], [1.0, 1.0]]),
+        (( 1.0, 0.0), (0.0, 1.0)),
+        [[10**400, 1.0], [1.0, 1.0]],
+    ],
+)
+def test_validate_vectors_refuses(raw: object) -> None:
+    with pytest.raises(EmbeddingError) as caught:
+        validate_vectors(raw, count=2, dimension=None)
+    assert caught.value.kind == "malformed"

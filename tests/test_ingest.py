@@ -1,0 +1,259 @@
+"""Ingest against a real Postgres and a real (fake, deterministic) embedding server on loopback."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from rag_pg import RagPG, Settings
+from rag_pg.errors import DimensionMismatch, EmbeddingError
+
+from .invariants import dump, violations
+
+
+def make_rag(db_url: str, server: Any, **overrides: Any) -> RagPG:
+    settings = Settings.load(
+        environ={}, overrides={"embedding.url": server.url, "embedding.batch_size": 8, **overrides}
+    )
+    return RagPG(db_url, settings)
+
+
+def counts(url: str) -> tuple[int, int, int]:
+    with psycopg.connect(url) as conn:
+        row = conn.execute(
+            "SELECT (SELECT count(*) FROM ragpg.document), (SELECT count(*) FROM ragpg.chunk),"
+            " (SELECT count(*) FROM ragpg.chunk_vector)"
+        ).fetchone()
+        assert row is not None
+        return int(row[0]), int(row[1]), int(row[2])
+
+
+def test_cold_ingest_indexes_eligible_files_with_vectors(db_url, embed_server, corpus):
+    with make_rag(db_url, embed_server) as rag:
+        report = rag.ingest(corpus)
+    assert report.documents_seen == 9
+    assert report.documents_indexed == 9
+    assert report.documents_failed == 0
+    assert report.files_skipped == {"hard_excluded": 2}
+    docs, chunks, vectors = counts(db_url)
+    assert (docs, chunks, vectors) == (9, report.chunks_upserted, report.chunks_upserted)
+    assert embed_server.calls == report.embedding_calls > 0
+    assert violations(db_url) == []
+    with psycopg.connect(db_url) as conn:
+        row = conn.execute(
+            "SELECT title, front_matter, language FROM ragpg.document WHERE path = 'fr/admin/sauvegardes.md'"
+        ).fetchone()
+    assert row == ("Sauvegardes PostgreSQL", {"title": "Sauvegardes PostgreSQL", "lang": "fr",
+                                              "tags": ["postgresql", "sauvegarde"]}, "french")
+
+
+def test_unchanged_reingest_makes_no_embedding_call_and_writes_no_row(db_url, embed_server, corpus):
+    with make_rag(db_url, embed_server) as rag:
+        rag.ingest(corpus)
+        before = dump(db_url)
+        with psycopg.connect(db_url) as conn:
+            xmins = conn.execute("SELECT id, xmin::text FROM ragpg.chunk ORDER BY id").fetchall()
+        calls = embed_server.calls
+        for f in corpus.rglob("*.md"):
+            f.touch()  # mtime only
+        report = rag.ingest(corpus)
+    assert embed_server.calls == calls
+    assert report.documents_indexed == 0 and report.chunks_upserted == 0
+    assert report.documents_skipped == 9 and report.chunks_unchanged == len(xmins)
+    with psycopg.connect(db_url) as conn:
+        assert conn.execute("SELECT id, xmin::text FROM ragpg.chunk ORDER BY id").fetchall() == xmins
+    assert dump(db_url) == before
+
+
+def test_changing_one_file_reindexes_exactly_that_document(db_url, embed_server, corpus):
+    target = corpus / "en/ops/incident-response.md"
+    with make_rag(db_url, embed_server) as rag:
+        rag.ingest(corpus)
+        target.write_text(target.read_text() + "\n## Page the database team\n\nCall the DBA on call.\n")
+        report = rag.ingest(corpus)
+        hits = rag.search("DBA on call", k=1, mode="keyword")
+    assert report.documents_indexed == 1 and report.changed == ["en/ops/incident-response.md"]
+    assert report.documents_skipped == 8
+    assert hits[0].path == "en/ops/incident-response.md"
+    assert hits[0].chunk.anchor == "page-the-database-team"
+    assert violations(db_url) == []
+
+
+def test_poison_document_fails_alone_and_keeps_its_stored_version(db_url, embed_server, corpus):
+    target = corpus / "fr/cuisine/tarte-tatin.md"
+    with make_rag(db_url, embed_server) as rag:
+        rag.ingest(corpus)
+        stored = [r for r in dump(db_url) if r[1] == "fr/cuisine/tarte-tatin.md"]
+        target.write_text(target.read_text() + "\nPOISON paragraph.\n")
+        (corpus / "en/ops/new.md").write_text("# New page\n\nA brand new runbook page.\n")
+        embed_server.poison = "POISON"
+        report = rag.ingest(corpus)
+    assert [f.path for f in report.failures] == ["fr/cuisine/tarte-tatin.md"]
+    assert "poison text" in report.failures[0].error
+    assert report.failures[0].kind == "invalid_input"
+    assert "en/ops/new.md" in report.added and report.documents_indexed == 1
+    assert [r for r in dump(db_url) if r[1] == "fr/cuisine/tarte-tatin.md"] == stored
+    assert violations(db_url) == []
+
+
+@pytest.mark.parametrize("fault", ["500", "503"])
+def test_down_service_aborts_and_leaves_the_index_intact(db_url, embed_server, corpus, fault):
+    with make_rag(db_url, embed_server) as rag:
+        rag.ingest(corpus)
+        before = dump(db_url)
+        for f in corpus.rglob("*.md"):
+            f.write_text(f.read_text() + "\nUne ligne de plus.\n")
+        embed_server.fault = fault
+        with pytest.raises(EmbeddingError) as info:
+            rag.ingest(corpus)
+    assert info.value.kind == "unavailable"
+    assert dump(db_url) == before
+    assert violations(db_url) == []
+    with psycopg.connect(db_url) as conn:
+        status = conn.execute("SELECT status FROM ragpg.ingest_run ORDER BY id DESC LIMIT 1").fetchone()
+    assert status == ("failed",)
+
+
+@pytest.mark.parametrize("fault", ["wrong_dim", "nan", "wrong_count", "non_json"])
+def test_malformed_responses_are_caught_before_any_write(db_url, embed_server, corpus, fault):
+    with make_rag(db_url, embed_server) as rag:
+        rag.ingest(corpus)
+        before = dump(db_url)
+        target = corpus / "fr/admin/sauvegardes.md"
+        target.write_text(target.read_text() + "\nNouvelle section.\n")
+        embed_server.fault = fault
+        report = rag.ingest(corpus)
+    assert [f.path for f in report.failures] == ["fr/admin/sauvegardes.md"]
+    assert report.failures[0].kind == "malformed"
+    assert dump(db_url) == before
+
+
+def test_prune_removes_deleted_and_newly_excluded_documents(db_url, embed_server, corpus):
+    with make_rag(db_url, embed_server) as rag:
+        rag.ingest(corpus)
+        (corpus / "en/ops/incident-response.md").unlink()
+        shutil.move(str(corpus / "fr/cuisine"), str(corpus / "fr/legacy/cuisine"))
+        kept = rag.ingest(corpus)
+        assert kept.documents_deleted == 0 and counts(db_url)[0] == 9
+        dry = rag.ingest(corpus, prune=True, dry_run=True)
+        assert sorted(dry.deleted) == ["en/ops/incident-response.md", "fr/cuisine/pot-au-feu.md",
+                                       "fr/cuisine/tarte-tatin.md"]
+        assert counts(db_url)[0] == 9
+        report = rag.ingest(corpus, prune=True)
+    assert report.documents_deleted == 3
+    assert counts(db_url)[0] == 6
+    assert violations(db_url) == []
+
+
+def test_dry_run_reports_work_and_writes_nothing(db_url, embed_server, corpus):
+    with make_rag(db_url, embed_server) as rag:
+        report = rag.ingest(corpus, dry_run=True)
+    assert report.documents_indexed == 9 and len(report.added) == 9
+    assert report.tokens_embedded > 0
+    assert embed_server.calls == 0
+    assert counts(db_url) == (0, 0, 0)
+
+
+def test_full_reprocesses_everything(db_url, embed_server, corpus):
+    with make_rag(db_url, embed_server) as rag:
+        first = rag.ingest(corpus)
+        before = dump(db_url)
+        report = rag.ingest(corpus, full=True)
+    assert report.documents_indexed == 9 and report.chunks_upserted == first.chunks_upserted
+    assert dump(db_url) == before
+
+
+def test_chunk_settings_change_reindexes(db_url, embed_server, corpus):
+    with make_rag(db_url, embed_server) as rag:
+        rag.ingest(corpus)
+    with make_rag(db_url, embed_server, **{"chunk.size": 40, "chunk.overlap": 5}) as rag:
+        report = rag.ingest(corpus)
+    assert report.documents_indexed == 9
+    assert violations(db_url) == []
+
+
+def test_a_different_model_is_refused(db_url, embed_server, corpus):
+    with make_rag(db_url, embed_server) as rag:
+        rag.ingest(corpus)
+    from rag_pg.testing.embedserver import FakeEmbeddingServer
+
+    with FakeEmbeddingServer(dim=32, model="other-32") as other, make_rag(db_url, other) as rag:
+        with pytest.raises(DimensionMismatch, match="reembed"):
+            rag.ingest(corpus)
+        assert other.calls == 0
+
+
+def test_embed_false_documents_are_keyword_only(db_url, embed_server, corpus):
+    (corpus / "en/ops/notes.md").write_text("---\nembed: false\n---\n# Notes\n\nZanzibar keyword only.\n")
+    with make_rag(db_url, embed_server) as rag:
+        rag.ingest(corpus)
+        hits = rag.search("Zanzibar", k=1, mode="keyword")
+    assert hits[0].path == "en/ops/notes.md"
+    with psycopg.connect(db_url) as conn:
+        row = conn.execute(
+            "SELECT count(v.chunk_id) FROM ragpg.document d JOIN ragpg.chunk c ON c.document_id = d.id"
+            " LEFT JOIN ragpg.chunk_vector v ON v.chunk_id = c.id WHERE d.path = 'en/ops/notes.md'"
+        ).fetchone()
+    assert row == (0,)
+
+
+def test_keyword_only_provider_indexes_without_vectors(db_url, corpus):
+    settings = Settings.load(environ={}, overrides={"embedding.provider": "none"})
+    with RagPG(db_url, settings) as rag:
+        report = rag.ingest(corpus)
+        hits = rag.search("pot-au-feu bouillon")
+    assert report.documents_indexed == 9 and report.embedding_calls == 0
+    assert hits and hits[0].path == "fr/cuisine/pot-au-feu.md"
+    assert set(hits[0].ranks) == {"keyword"}
+    assert counts(db_url)[2] == 0
+
+
+def test_ingest_inside_a_caller_transaction_rolls_back_cleanly(db_url, embed_server, corpus):
+    settings = Settings.load(environ={}, overrides={"embedding.url": embed_server.url})
+    with psycopg.connect(db_url) as conn:
+        with conn.transaction(), RagPG(conn, settings) as rag:
+            report = rag.ingest(corpus)
+            assert report.documents_indexed == 9
+            assert conn.execute("SELECT count(*) FROM ragpg.document").fetchone() == (9,)
+            raise psycopg.Rollback()
+        assert conn.execute("SELECT count(*) FROM ragpg.document").fetchone() == (0,)
+        locks = conn.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'").fetchone()
+    assert locks == (0,)
+    assert counts(db_url) == (0, 0, 0)
+
+
+def test_sqlalchemy_engine_is_accepted(db_url, embed_server, corpus):
+    sqlalchemy = pytest.importorskip("sqlalchemy")
+    from psycopg.conninfo import conninfo_to_dict
+
+    params = conninfo_to_dict(db_url)
+    url = sqlalchemy.engine.URL.create(
+        "postgresql+psycopg", username=params.get("user"), password=params.get("password"),
+        port=int(params["port"]) if params.get("port") else None, database=params.get("dbname"),
+        query={"host": params["host"]} if params.get("host") else {},
+    )
+    engine = sqlalchemy.create_engine(url)
+    settings = Settings.load(environ={}, overrides={"embedding.url": embed_server.url})
+    try:
+        with RagPG(engine, settings) as rag:
+            report = rag.ingest(corpus)
+            hits = rag.search("tarte aux pommes caramel", k=2)
+    finally:
+        engine.dispose()
+    assert report.documents_indexed == 9
+    assert hits[0].path == "fr/cuisine/tarte-tatin.md"
+
+
+def test_report_json_has_the_contract_fields(db_url, embed_server, corpus):
+    with make_rag(db_url, embed_server) as rag:
+        data = rag.ingest(corpus).to_dict()
+    for key in ("source_root", "documents_seen", "documents_indexed", "documents_skipped",
+                "chunks_upserted", "chunks_unchanged", "duration_seconds"):
+        assert key in data
+    json.dumps(data)
+    assert Path(data["source_root"]) == corpus.resolve()
