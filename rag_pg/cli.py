@@ -313,3 +313,7 @@ def main() -> None:
         fail(str(exc), EXIT_USAGE)
     except StoreError as exc:
         fail(str(exc), EXIT_UNAVAILABLE)
+
+
+# Commands of each area live in their own module and attach themselves to ``cli``.
+from . import cli_embeddings, cli_retrieval, cli_service, cli_sidecar  # noqa: E402,F401

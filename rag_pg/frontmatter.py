@@ -138,6 +138,8 @@ def _construct_int(loader: _FrontMatterLoader, node: ScalarNode) -> int | str:
 
 
 def _construct_timestamp(loader: _FrontMatterLoader, node: ScalarNode) -> Any:
+    if not isinstance(node.value, str) or not loader.timestamp_regexp.match(node.value):
+        raise ConstructorError(None, None, f"not a timestamp: {node.value!r}", node.start_mark)
     try:
         return loader.construct_yaml_timestamp(node)
     except (ValueError, OverflowError):
@@ -275,7 +277,9 @@ def split_front_matter(text: str) -> tuple[dict[str, Any], str, list[str]]:
         )
     try:
         data, warnings = _load(block)
-    except (YAMLError, ValueError, TypeError, OverflowError, RecursionError) as error:
+    except Exception as error:
+        # Not only YAMLError: PyYAML's constructors raise KeyError or IndexError on explicit
+        # tags with bad values (`!!bool x`, `!!float`), and one file must never stop a run.
         return {}, body, [_error_warning(error, block)]
     if data is None:
         return {}, body, warnings

@@ -7,6 +7,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 
 import httpx
 import numpy as np
@@ -45,9 +46,13 @@ def make() -> Iterator[Factory]:
         provider.close()
 
 
-def mock(handler: Callable[[httpx.Request], httpx.Response], **kwargs: object) -> HttpEmbeddingProvider:
+def mock(
+    handler: Callable[[httpx.Request], httpx.Response], **kwargs: object
+) -> HttpEmbeddingProvider:
     return HttpEmbeddingProvider(
-        "http://embed.test", transport=httpx.MockTransport(handler), **kwargs  # type: ignore[arg-type]
+        "http://embed.test",
+        transport=httpx.MockTransport(handler),
+        **kwargs,  # type: ignore[arg-type]
     )
 
 
@@ -95,7 +100,11 @@ def test_model_and_dimension_are_learned_once_from_health(
     server: FakeEmbeddingServer, make: Factory
 ) -> None:
     provider = make(server.url)
-    assert (provider.model, provider.dimension, provider.model) == ("fake-bow-16", 16, "fake-bow-16")
+    assert (provider.model, provider.dimension, provider.model) == (
+        "fake-bow-16",
+        16,
+        "fake-bow-16",
+    )
     assert server.health_calls == 1 and server.calls == 0
 
 
@@ -323,7 +332,7 @@ def test_password_and_api_key_never_appear_in_errors(
         for fault in ("500", "422", "nan", "redirect", "slow", "truncated", None):
             server.fault = fault
             server.fault_detail = f"echo {PASSWORD} {API_KEY}"  # a service that echoes secrets
-            for call in (lambda: provider.embed("query", ["a"]), provider.health):
+            for call in (partial(provider.embed, "query", ["a"]), provider.health):
                 try:
                     call()
                 except EmbeddingError as exc:
@@ -353,7 +362,9 @@ def test_credentials_are_still_sent_to_the_service() -> None:
 
 
 def test_configured_model_must_match(server: FakeEmbeddingServer, make: Factory) -> None:
-    with pytest.raises(EmbeddingError, match="returned model 'fake-bow-16', configured 'e5'") as caught:
+    with pytest.raises(
+        EmbeddingError, match="returned model 'fake-bow-16', configured 'e5'"
+    ) as caught:
         make(server.url, model="e5").embed("query", ["a"])
     assert caught.value.kind == "malformed"
 
@@ -463,7 +474,9 @@ def test_real_server_body_cap(server: FakeEmbeddingServer, make: Factory) -> Non
 # -- statuses and transport errors, through MockTransport ----------------------------------------
 
 
-@pytest.mark.parametrize("status", [201, 204, 301, 302, 307, 400, 401, 403, 404, 413, 429, 500, 502, 503, 504])
+@pytest.mark.parametrize(
+    "status", [201, 204, 301, 302, 307, 400, 401, 403, 404, 413, 429, 500, 502, 503, 504]
+)
 def test_every_other_status_is_unavailable(status: int) -> None:
     with mock(json_reply({"vectors": [V]}, status)) as provider:
         with pytest.raises(EmbeddingError, match=f"HTTP {status}") as caught:
@@ -475,7 +488,10 @@ def test_every_other_status_is_unavailable(status: int) -> None:
     ("detail", "shown"),
     [
         ("too long", "too long"),
-        ([{"loc": ["body", "texts", 0], "msg": "too long"}], '[{"loc":["body","texts",0],"msg":"too long"}]'),
+        (
+            [{"loc": ["body", "texts", 0], "msg": "too long"}],
+            '[{"loc":["body","texts",0],"msg":"too long"}]',
+        ),
         ({"text": 3, "reason": "empty"}, '{"text":3,"reason":"empty"}'),
         ("multi\nline   detail", "multi line detail"),
     ],
@@ -564,7 +580,9 @@ def test_closed_provider_is_unavailable(server: FakeEmbeddingServer) -> None:
 
 def test_validate_vectors_accepts_lists_and_arrays() -> None:
     as_list = validate_vectors([[3, 4], [0.0, -1.5]], count=2, dimension=2)
-    as_array = validate_vectors(np.array([[3, 4], [0.0, -1.5]], dtype=np.float64), count=2, dimension=None)
+    as_array = validate_vectors(
+        np.array([[3, 4], [0.0, -1.5]], dtype=np.float64), count=2, dimension=None
+    )
     assert as_list.dtype == np.float32 and np.array_equal(as_list, as_array)
     assert as_list.tolist() == [[3.0, 4.0], [0.0, -1.5]]
 
@@ -577,7 +595,7 @@ def test_validate_vectors_accepts_lists_and_arrays() -> None:
         np.ones(2),
         np.array([["a", "b"], ["c", "d"]]),
         np.array([[np.inf, 1.0], [1.0, 1.0]]),
-        (( 1.0, 0.0), (0.0, 1.0)),
+        ((1.0, 0.0), (0.0, 1.0)),
         [[10**400, 1.0], [1.0, 1.0]],
     ],
 )

@@ -49,7 +49,9 @@ def test_fake_vector_folds_case_accents_and_punctuation() -> None:
 
 
 def test_fake_vector_shared_words_are_closer() -> None:
-    a, b, c = (fake_vector(t, 64) for t in ("the cat sat on the mat", "a cat on a mat", "stocks fell"))
+    a, b, c = (
+        fake_vector(t, 64) for t in ("the cat sat on the mat", "a cat on a mat", "stocks fell")
+    )
     assert float(a @ b) > float(a @ c)
 
 
@@ -88,7 +90,9 @@ def test_embed_returns_fake_vectors_in_order(
     body = response.json()
     assert response.status_code == 200
     assert {k: body[k] for k in ("model", "dim")} == {"model": "fake-bow-16", "dim": 16}
-    assert np.array_equal(np.array(body["vectors"], dtype=np.float32), [fake_vector(t, 16) for t in texts])
+    assert np.array_equal(
+        np.array(body["vectors"], dtype=np.float32), [fake_vector(t, 16) for t in texts]
+    )
     assert (server.calls, server.texts_embedded) == (1, 4)
     assert server.requests == [{"type": "passage", "count": 4}]
 
@@ -229,7 +233,7 @@ def test_keep_alive_connections_are_reused(
 
 
 def test_stop_is_prompt_with_idle_and_slow_connections() -> None:
-    before = threading.active_count()
+    before = set(threading.enumerate())
     srv = FakeEmbeddingServer(dim=8).start()
     idle = httpx.Client(trust_env=False)
     idle.get(srv.url + "/health")  # leaves a keep-alive connection open
@@ -243,7 +247,7 @@ def test_stop_is_prompt_with_idle_and_slow_connections() -> None:
     slow.join()
     idle.close()
     assert time.monotonic() - started < 2.0
-    assert threading.active_count() == before
+    assert set(threading.enumerate()) - before == set()
 
 
 def _swallow(url: str) -> None:
@@ -270,7 +274,11 @@ def test_command_line_runs_in_the_foreground() -> None:
         url = proc.stdout.readline().strip()
         assert url.startswith("http://127.0.0.1:")
         with httpx.Client(trust_env=False) as c:
-            assert c.get(url + "/health").json() == {"status": "ok", "model": "fake-bow-8", "dim": 8}
+            assert c.get(url + "/health").json() == {
+                "status": "ok",
+                "model": "fake-bow-8",
+                "dim": 8,
+            }
     finally:
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=10) == 0

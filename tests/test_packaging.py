@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import sysconfig
 from pathlib import Path
 
 import psycopg
@@ -18,9 +19,13 @@ def test_wheel_installs_and_inits_outside_the_checkout(empty_db_url, tmp_path):
                    check=True, capture_output=True, timeout=300)
     wheel = next(dist.glob("ragpg-*.whl"))
     venv = tmp_path / "venv"
-    # reuse the test environment's packages; the wheel itself goes in the new venv
-    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True, timeout=120)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     py = venv / "bin" / "python"
+    # the dependencies come from the test environment (a path appended after the venv's own
+    # site-packages); the wheel itself is installed in the new venv, which comes first
+    purelib = subprocess.run([str(py), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    (Path(purelib) / "_test_deps.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     subprocess.run([str(py), "-m", "pip", "install", "--quiet", "--no-deps", "--no-index", str(wheel)],
                    check=True, capture_output=True, timeout=300)
     out = subprocess.run([str(venv / "bin" / "ragpg"), "--database-url", empty_db_url, "init"],

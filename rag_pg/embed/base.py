@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -15,9 +15,12 @@ EmbedType = Literal["query", "passage"]
 EMBED_TYPES: tuple[str, ...] = ("query", "passage")
 
 
-@runtime_checkable
 class EmbeddingProvider(Protocol):
-    """What ingest and search need from an embedder; http, local and none all fit it."""
+    """What ingest and search need from an embedder; http, local and none all fit it.
+
+    Deliberately not ``runtime_checkable``: on Python 3.11 ``isinstance`` would evaluate
+    ``model`` and so call a remote service's /health. Check ``kind`` instead.
+    """
 
     kind: str
 

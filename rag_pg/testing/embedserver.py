@@ -1,13 +1,4 @@
-"""A deterministic fake embedding service (seed-000 contract) with a scriptable fault plan.
-
-Tests, benchmarks and users' CI run it in-process on loopback::
-
-    with FakeEmbeddingServer(dim=64) as server:
-        provider = HttpEmbeddingProvider(server.url)
-        server.fault = "503"          # every /embed now fails, until set back to None
-
-or in the foreground: ``python -m rag_pg.testing.embedserver --port 8089 --dim 64``.
-"""
+"""A deterministic fake embedding service (seed-000 contract) with a scriptable fault plan."""
 
 from __future__ import annotations
 
@@ -190,9 +181,16 @@ class _Handler(BaseHTTPRequestHandler):
 class FakeEmbeddingServer:
     """An in-process embedding service on loopback whose answers and failures tests script.
 
+    ::
+
+        with FakeEmbeddingServer(dim=64) as server:
+            provider = HttpEmbeddingProvider(server.url)
+            server.fault = "503"          # every /embed now fails, until set back to None
+
     Set ``fault`` (any time) to one of FAULTS, or to any 4xx/5xx code as a string; set
     ``poison`` to make batches holding that substring fail with 422; set ``fail_next`` to
-    fail the next N calls with 503. Counters are thread-safe.
+    fail the next N calls with 503. Counters are thread-safe. For benchmarks or manual use:
+    ``python -m rag_pg.testing.embedserver --port 8089 --dim 64``.
     """
 
     def __init__(

@@ -1,0 +1,5 @@
+"""CLI commands of the embeddings area, attached to the main `ragpg` group."""
+
+from __future__ import annotations
+
+from .cli import cli  # noqa: F401
