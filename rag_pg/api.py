@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -110,8 +110,30 @@ class RagPG:
         mode: str | None = None,
         collection: str | None = None,
         path_prefix: str | None = None,
+        filters: Mapping[str, Any] | None = None,
+        level: int | None = None,
+        node_type: str | None = None,
+        max_per_document: int | None = None,
+        neighbours: int = 0,
+        expand: str | None = None,
+        rerank: bool | None = None,
     ) -> list[Hit]:
-        """The best passages for ``query``, best first, each with its provenance."""
+        """The best passages for ``query``, best first, each with its provenance.
+
+        ``filters`` are front-matter values (equality, or containment for lists/objects);
+        ``level``/``node_type`` filter the summary tree; both apply to every retriever.
+        ``max_per_document`` caps hits per file; ``neighbours`` merges ±N chunks into each
+        passage; ``expand`` ("parent" | "children") attaches the related node's text in
+        ``hit.extra["expanded"]``; ``rerank`` applies the configured cross-encoder.
+        """
+        unsupported = {
+            "filters": filters, "level": level, "node_type": node_type,
+            "max_per_document": max_per_document, "neighbours": neighbours or None,
+            "expand": expand, "rerank": rerank,
+        }
+        given = [name for name, value in unsupported.items() if value is not None]
+        if given:
+            raise ConfigError(f"search options not available yet: {', '.join(given)}")
         k = self.settings.retrieval.k if k is None else k
         if not query or not query.strip() or k <= 0:
             return []
@@ -143,6 +165,34 @@ class RagPG:
                 rrf_k=self.settings.retrieval.rrf_k, path_prefix=path_prefix,
             )
             return self.searcher.run(conn, request)
+
+    def get_document(
+        self, path: str | None = None, *, id: int | None = None, collection: str | None = None
+    ) -> dict[str, Any] | None:
+        """A document's row and its chunks in order (with provenance), or None."""
+        collection = collection or self.settings.collection
+        with self.source.connection() as conn:
+            self._checked(conn)
+            if id is not None:
+                row = conn.execute(self.store.q("document_by_id"), {"id": id}).fetchone()
+            else:
+                row = conn.execute(
+                    self.store.q("document_by_path"), {"collection": collection, "path": path}
+                ).fetchone()
+            if row is None:
+                return None
+            keys = ("id", "collection", "path", "title", "content_hash", "front_matter",
+                    "parent_path", "level", "node_type", "embed", "language", "chunk_count",
+                    "token_count", "indexed_at")
+            doc = dict(zip(keys, row, strict=True))
+            doc["indexed_at"] = doc["indexed_at"].isoformat()
+            chunks = conn.execute(self.store.q("document_chunks"), {"document_id": doc["id"]}).fetchall()
+            doc["chunks"] = [
+                {"id": c[0], "position": c[1], "section": c[2], "anchor": c[3], "content": c[4],
+                 "token_count": c[5], "content_hash": c[6]}
+                for c in chunks
+            ]
+            return doc
 
     def stats(self, collection: str | None = None) -> dict[str, Any]:
         collection = collection or self.settings.collection

@@ -31,7 +31,7 @@ from typing import Any
 
 from yaml import SafeLoader
 from yaml.constructor import ConstructorError
-from yaml.error import MarkedYAMLError, YAMLError
+from yaml.error import MarkedYAMLError
 from yaml.events import AliasEvent
 from yaml.nodes import MappingNode, Node, ScalarNode
 from yaml.reader import ReaderError

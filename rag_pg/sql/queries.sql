@@ -167,3 +167,17 @@ SELECT c.id, NULL::bigint, NULL::double precision, k.rank, k.score,
 FROM kw_ranked k
 JOIN {schema}.chunk c ON c.id = k.chunk_id
 JOIN {schema}.document d ON d.id = c.document_id
+
+-- name: document_by_path
+SELECT id, collection, path, title, content_hash, front_matter, parent_path, level, node_type,
+       embed, language, chunk_count, token_count, indexed_at
+FROM {schema}.document WHERE collection = %(collection)s AND path = %(path)s;
+
+-- name: document_by_id
+SELECT id, collection, path, title, content_hash, front_matter, parent_path, level, node_type,
+       embed, language, chunk_count, token_count, indexed_at
+FROM {schema}.document WHERE id = %(id)s;
+
+-- name: document_chunks
+SELECT id, position, section, anchor, content, token_count, content_hash
+FROM {schema}.chunk WHERE document_id = %(document_id)s ORDER BY position;
