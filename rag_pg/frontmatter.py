@@ -76,6 +76,17 @@ class _FrontMatterLoader(SafeLoader):
         finally:
             self.depth -= 1
 
+    def construct_object(self, node: Node, deep: bool = False) -> Any:
+        """PyYAML's scalar constructors raise KeyError/IndexError on bad explicit tags
+        (``!!bool maybe``, ``!!float``): turn them into a YAML error that knows its line."""
+        try:
+            return super().construct_object(node, deep=deep)
+        except (KeyError, IndexError, ValueError, TypeError, AttributeError) as error:
+            tag = str(node.tag).rsplit(":", 1)[-1]
+            raise ConstructorError(
+                None, None, f"{node.value!r} is not a valid !!{tag}", node.start_mark
+            ) from error
+
     def construct_mapping(self, node: MappingNode, deep: bool = False) -> dict[Any, Any]:
         """Keys become their JSON spelling here, so ``1`` and ``true`` (equal in Python)
         stay apart, duplicates are seen after that spelling, and a key JSON cannot hold

@@ -260,6 +260,13 @@ def test_timeout_is_unavailable_and_quick(make: Factory) -> None:
     assert elapsed < 1.5
 
 
+def test_slow_fault_is_unavailable(server: FakeEmbeddingServer, make: Factory) -> None:
+    server.fault = "slow"
+    with pytest.raises(EmbeddingError, match="timed out") as caught:
+        make(server.url, timeout=0.2).embed("query", ["a"])
+    assert caught.value.kind == "unavailable"
+
+
 def test_slow_drip_hits_the_total_deadline(server: FakeEmbeddingServer, make: Factory) -> None:
     server.fault = "drip"  # each read is quick, the whole body takes seconds
     provider = make(server.url, timeout=0.5)

@@ -96,6 +96,8 @@ def test_body_keeps_everything_after_the_closing_line() -> None:
             {"n": 10, "h": 31, "o": 15, "t": "1:20", "neg": -7},
         ),
         ("f: 1.5\ne: 1e3\nd: .5\n", {"f": 1.5, "e": 1000.0, "d": 0.5}),
+        ("k: 08\n09: z\n", {"k": 8, "9": "z"}),
+        ("bad: !!int zz\nempty: !!int\n", {"bad": "zz", "empty": ""}),  # kept as written
         ("a: ~\nb: null\nc:\n", {"a": None, "b": None, "c": None}),
         (
             "1: one\ntrue: yes\nnull: n\n2024-01-01: d\n",
@@ -177,6 +179,8 @@ def test_anchors_and_aliases_are_refused_fast_and_small(block: str) -> None:
         "x: !!python/name:os.system\n",
         "x: !custom 1\n",
         "x: !!timestamp not-a-date\n",
+        "x: !!bool maybe\n",
+        "x: !!float\n",
     ],
 )
 def test_unsafe_or_unknown_tags_invalidate_the_block(block: str) -> None:
