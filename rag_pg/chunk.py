@@ -115,13 +115,14 @@ def _blocks(body: str) -> Iterator[_Heading | str]:
                 yield "\n".join(lines)
                 lines, fence = [], None
             continue
-        opening = _fence_opening(line)
+        marker = line[:4].lstrip(" ")[:1]  # only '#', '`' and '~' can open a block
+        opening = _fence_opening(line) if marker in ("`", "~") else None
         if opening is not None:
             if lines:
                 yield "\n".join(lines)
             lines, fence = [line], opening
             continue
-        heading = _heading(line)
+        heading = _heading(line) if marker == "#" else None
         if heading is not None:
             if lines:
                 yield "\n".join(lines)
@@ -201,9 +202,9 @@ class Chunker:
         return f"Chunker(size={self.size}, overlap={self.overlap})"
 
     def chunk(self, document: Document) -> list[Chunk]:
-        contents: list[tuple[Section, str]] = []
+        contents: list[tuple[Section, str, int]] = []
         for section in split_sections(document.content, document.title):
-            contents.extend((section, text) for text in self._pack(section.paragraphs))
+            contents.extend((section, *packed) for packed in self._pack(section.paragraphs))
         return [
             Chunk(
                 document_path=document.path,
@@ -212,13 +213,14 @@ class Chunker:
                 anchor=section.anchor,
                 position=position,
                 content=text,
-                token_count=estimate_tokens(text),
+                token_count=_tokens_for_words(words),
                 content_hash=hashlib.sha256(text.encode("utf-8")).hexdigest(),
             )
-            for position, (section, text) in enumerate(contents)
+            for position, (section, text, words) in enumerate(contents)
         ]
 
-    def _pack(self, paragraphs: tuple[str, ...]) -> Iterator[str]:
+    def _pack(self, paragraphs: tuple[str, ...]) -> Iterator[tuple[str, int]]:
+        """(content, word count) of each chunk of one section."""
         previous: list[str] = []  # words of the last emitted chunk, the source of the next tail
         tail: list[str] = []
         current: list[str] = []
@@ -231,17 +233,17 @@ class Chunker:
                 continue
             if current:
                 emitted = _join(tail, current)
-                yield emitted
+                yield emitted, current_words
                 previous, current = emitted.split(), []
             if len(words) > self._size_words:
                 # Oversized: a chunk of its own, never cut, with no tail in front of it.
-                yield paragraph
+                yield paragraph, len(words)
                 previous = words
                 continue
             tail = self._tail(previous, len(words))
             current, current_words = [paragraph], len(tail) + len(words)
         if current:
-            yield _join(tail, current)
+            yield _join(tail, current), current_words
 
     def _tail(self, previous: list[str], next_words: int) -> list[str]:
         """Last words of the previous chunk, shrunk so that tail + next paragraph fits ``size``."""

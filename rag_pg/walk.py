@@ -310,7 +310,8 @@ class _Walker:
         try:
             fd = os.open(name, _DIR_FLAGS, dir_fd=parent.fd)
         except OSError as error:
-            if not _is_loop(error):  # swapped for a symlink since listing: not followed
+            # ELOOP/ENOTDIR: no longer a directory (swapped for a link since listing).
+            if not _is_loop(error) and error.errno != errno.ENOTDIR:
                 yield SkippedFile(_display(relpath) + "/", "unreadable")
             return
         if self._push(fd, relpath + "/") == "unreadable":
