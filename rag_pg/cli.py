@@ -217,6 +217,36 @@ def stats(obj: Context, collection: str | None, as_json: bool) -> None:
     sys.exit(EXIT_OK)
 
 
+@cli.command()
+@click.option("--repair", is_flag=True, help="Mark the documents concerned so the next ingest re-indexes them.")
+@click.option("--json", "as_json", is_flag=True)
+@click.pass_obj
+def check(obj: Context, repair: bool, as_json: bool) -> None:
+    """Check the index's invariants (chunks, positions, vectors, dimensions); exit 1 if any fails."""
+
+    def go() -> int:
+        from .check import check as run_check
+        from .check import mark_for_repair
+
+        rag = obj.rag(announce=not as_json)
+        schema = obj.settings.database.schema
+        with rag.source.connection() as conn:
+            rag._checked(conn)
+            problems = run_check(conn, schema)
+            marked = mark_for_repair(conn, problems, schema) if repair and problems else 0
+        if as_json:
+            emit_json({"ok": not problems, "problems": [p.to_dict() for p in problems],
+                       "marked_for_repair": marked})
+        else:
+            for p in problems:
+                click.echo(f"{p.code}: {p.subject}: {p.detail}")
+            click.echo("index ok" if not problems else f"{len(problems)} problem(s)"
+                       + (f"; {marked} document(s) will be re-indexed by the next ingest" if marked else ""))
+        return EXIT_OK if not problems else EXIT_PARTIAL
+
+    run_guarded(go)
+
+
 # -- rendering ---------------------------------------------------------------------------------
 
 
@@ -227,10 +257,12 @@ class _Progress:
         self.start = time.monotonic()
         self.last = 0.0
         self.embedded = 0
+        self.queued = 0  # chunks handed to the embedder so far (the walk is still going)
 
     def __call__(self, event: str, data: dict[str, Any]) -> None:
         if event == "embedded":
             self.embedded += int(data.get("count", 0))
+            self.queued = max(self.queued, int(data.get("total", 0)))
         report: IngestReport | None = data.get("report")
         now = time.monotonic()
         if report is None or now - self.last < 0.2:
@@ -240,7 +272,8 @@ class _Progress:
         click.echo(
             f"\r{report.documents_seen} documents seen, {report.documents_indexed} indexed,"
             f" {report.documents_skipped} unchanged, {report.documents_failed} failed,"
-            f" {self.embedded} chunks embedded ({self.embedded / elapsed:.0f}/s)  ",
+            f" {self.embedded}/{max(self.queued, self.embedded)} chunks embedded"
+            f" ({self.embedded / elapsed:.0f}/s)  ",
             err=True, nl=False,
         )
 
@@ -316,4 +349,4 @@ def main() -> None:
 
 
 # Commands of each area live in their own module and attach themselves to ``cli``.
-from . import cli_embeddings, cli_retrieval, cli_service, cli_sidecar  # noqa: E402,F401
+from . import cli_embeddings, cli_retrieval, cli_service, cli_sidecar, cli_sql  # noqa: E402,F401

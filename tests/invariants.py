@@ -6,38 +6,18 @@ from typing import Any
 
 import psycopg
 
+from rag_pg.check import check
+
 
 def violations(url: str, schema: str = "ragpg") -> list[str]:
     """Every way the index is inconsistent; an empty list means all invariants hold."""
-    found: list[str] = []
     with psycopg.connect(url, autocommit=True) as conn:
-        def q(sql: str) -> list[tuple[Any, ...]]:
-            return conn.execute(sql.replace("{s}", schema)).fetchall()  # type: ignore[arg-type]
-
-        for (path,) in q("""SELECT d.path FROM {s}.document d
-                             WHERE d.chunk_count <> (SELECT count(*) FROM {s}.chunk c WHERE c.document_id = d.id)"""):
-            found.append(f"I1 {path}: chunk_count differs from its chunks")
-        for (path,) in q("""SELECT d.path FROM {s}.document d JOIN {s}.chunk c ON c.document_id = d.id
-                             GROUP BY d.id, d.path HAVING max(c.position) <> count(*) - 1 OR min(c.position) <> 0"""):
-            found.append(f"I3 {path}: positions are not 0..n-1")
-        for (path, n) in q("""SELECT d.path, count(*) FROM {s}.document d
-                               JOIN {s}.collection col ON col.name = d.collection AND col.model IS NOT NULL
-                               JOIN {s}.chunk c ON c.document_id = d.id
-                               LEFT JOIN {s}.chunk_vector v ON v.chunk_id = c.id AND v.model = col.model
-                               WHERE d.embed AND v.chunk_id IS NULL GROUP BY d.path"""):
-            found.append(f"I1 {path}: {n} chunks without a vector")
-        for (n,) in q("SELECT count(*) FROM {s}.chunk WHERE tsv IS NULL"):
-            if n:
-                found.append(f"I4 {n} chunks without tsvector")
-        for (n,) in q("""SELECT count(*) FROM {s}.chunk_vector v JOIN {s}.chunk c ON c.id = v.chunk_id
-                         JOIN {s}.document d ON d.id = c.document_id
-                         JOIN {s}.collection col ON col.name = d.collection
-                         WHERE vector_dims(v.embedding) <> col.dimension"""):
-            if n:
-                found.append(f"I2 {n} vectors of the wrong dimension")
-        for (n,) in q("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid <> pg_backend_pid()"):
-            if n:
-                found.append(f"I5 {n} advisory locks left")
+        found = [f"{p.code} {p.subject}: {p.detail}" for p in check(conn, schema)]
+        (locks,) = conn.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid <> pg_backend_pid()"
+        ).fetchone() or (0,)
+        if locks:
+            found.append(f"I5 {locks} advisory locks left")
     return found
 
 

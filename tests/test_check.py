@@ -1,0 +1,38 @@
+"""`ragpg check` detects tampering and `--repair` makes the next ingest fix it (RELIABILITY A7)."""
+
+from __future__ import annotations
+
+import json
+
+import psycopg
+
+from .conftest import run_cli
+from .invariants import dump, violations
+
+
+def test_check_detects_tampering_and_repair_converges(db_url, embed_server, corpus, tmp_path):
+    env = {"RAGPG_DATABASE_URL": db_url, "RAGPG_EMBEDDING_URL": embed_server.url}
+    assert run_cli(["ingest", str(corpus)], env=env, cwd=tmp_path).returncode == 0
+    clean = dump(db_url)
+    out = run_cli(["check", "--json"], env=env, cwd=tmp_path)
+    assert out.returncode == 0 and json.loads(out.stdout)["ok"] is True
+    with psycopg.connect(db_url) as conn:
+        conn.execute("""DELETE FROM ragpg.chunk WHERE id = (SELECT min(c.id) FROM ragpg.chunk c
+                        JOIN ragpg.document d ON d.id = c.document_id WHERE d.path = 'fr/cuisine/pot-au-feu.md')""")
+        conn.execute("""DELETE FROM ragpg.chunk_vector WHERE chunk_id = (SELECT max(c.id) FROM ragpg.chunk c
+                        JOIN ragpg.document d ON d.id = c.document_id WHERE d.path = 'en/ops/incident-response.md')""")
+    out = run_cli(["check", "--json"], env=env, cwd=tmp_path)
+    assert out.returncode == 1
+    report = json.loads(out.stdout)
+    assert {(p["code"], p["subject"]) for p in report["problems"]} == {
+        ("chunk_count", "fr/cuisine/pot-au-feu.md"),
+        ("positions", "fr/cuisine/pot-au-feu.md"),
+        ("missing_vector", "en/ops/incident-response.md"),
+    }
+    # the files did not change: a plain ingest would skip them; --repair makes it re-index them
+    out = run_cli(["check", "--repair"], env=env, cwd=tmp_path)
+    assert out.returncode == 1 and "re-indexed" in out.stdout
+    out = run_cli(["ingest", str(corpus), "--json"], env=env, cwd=tmp_path)
+    assert json.loads(out.stdout)["documents_indexed"] == 2
+    assert violations(db_url) == []
+    assert dump(db_url) == clean
