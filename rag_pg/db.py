@@ -120,6 +120,12 @@ class BorrowedConnection:
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
         with self._lock:
+            if (not self.conn.autocommit
+                    and self.conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE):
+                # A non-autocommit connection belongs to a caller who commits (Django's atomic(),
+                # a Flask request): open its transaction now, so ragpg's transaction blocks are
+                # savepoints inside it rather than transactions of their own that would commit.
+                self.conn.execute("SELECT 1")
             yield self.conn
 
     def close(self) -> None:

@@ -1,0 +1,284 @@
+"""Least-privilege database roles: a login for BI tools that sees the published SQL surface only.
+
+A reader gets exactly: LOGIN; CONNECT on the current database (PUBLIC's default, granted to
+the role only where it was revoked from PUBLIC); USAGE on ragpg's schema;
+SELECT on the published views (:data:`PUBLISHED_VIEWS`); EXECUTE on the published functions
+(:data:`PUBLISHED_FUNCTIONS`); and, as role settings, a ``statement_timeout`` and
+``default_transaction_read_only = on``. No attribute beyond LOGIN (not superuser, no
+CREATEDB/CREATEROLE/REPLICATION/BYPASSRLS), no membership in another role, nothing on the
+base tables, no CREATE anywhere in the schema.
+
+That is enough because the views run with their owner's rights (PostgreSQL's default) and
+``keyword_search`` is SECURITY DEFINER with a fixed ``search_path`` (migration 0002): the
+reader never needs the tables. The lists are explicit on purpose: a view or function added
+by a later migration stays private until it is added here (fail closed), and a test fails
+until it is (tests/test_sql_surface.py compares these lists with the catalog).
+
+Limits worth knowing: ``statement_timeout`` and ``default_transaction_read_only`` are role
+defaults that a session may SET itself (PostgreSQL cannot lock a setting per role), so they
+guard against runaway dashboards, not a hostile user; the privileges are what stop writes.
+Any role that can connect keeps what PUBLIC has (temporary tables, and CREATE on schema
+``public`` before PostgreSQL 15; harden those with ``REVOKE ... FROM PUBLIC``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+from .errors import ConfigError, SchemaMissing, StoreError
+
+PUBLISHED_VIEWS: tuple[str, ...] = ("documents_v", "chunks_v", "ingest_runs_v", "corpus_stats_v")
+"""Views a reader may SELECT (created by migration 0002)."""
+
+PUBLISHED_FUNCTIONS: tuple[tuple[str, str], ...] = (("keyword_search", "text, integer, text"),)
+"""Functions a reader may EXECUTE, as (name, argument types)."""
+
+DEFAULT_STATEMENT_TIMEOUT = "30s"
+DEFAULT_CONNECTION_LIMIT = 10
+
+# Advisory-lock key (one bigint, a space apart from ingest's two-int keys): two concurrent
+# create-reader runs for one name would otherwise race on CREATE ROLE.
+_ROLES_LOCK = 0x7267_7067_726F_6C65  # "rgpgrole"
+_TIMEOUT = re.compile(r"^\s*(\d+)\s*(ms|s|min|h|d)?\s*$")
+_TIMEOUT_MS = {"ms": 1, "s": 1000, "min": 60_000, "h": 3_600_000, "d": 86_400_000}
+
+
+@dataclass(frozen=True, slots=True)
+class ReaderRole:
+    """What :func:`create_reader` left in place (for printing and for callers to check)."""
+
+    name: str
+    schema: str
+    database: str
+    created: bool
+    views: tuple[str, ...]
+    functions: tuple[str, ...]
+    statement_timeout: str
+    connection_limit: int
+    password_set: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["views"] = list(self.views)
+        data["functions"] = list(self.functions)
+        return data
+
+
+def normalise_timeout(value: str) -> str:
+    """``30s``, ``500ms``, ``2min``, ``1h``; a bare number is milliseconds (as in PostgreSQL).
+
+    Zero is refused: it means "no timeout", the opposite of what a reader role is for.
+    """
+    match = _TIMEOUT.match(value or "")
+    if not match:
+        raise ConfigError(
+            f"statement timeout must look like 30s, 500ms, 2min or 1h (got {value!r})"
+        )
+    amount, unit = int(match.group(1)), match.group(2) or "ms"
+    if amount <= 0:
+        raise ConfigError("statement timeout must be positive: 0 would disable it")
+    if amount * _TIMEOUT_MS[unit] > 2_147_483_647:
+        raise ConfigError(f"statement timeout {value!r} is too large (PostgreSQL's limit is ~24 days)")
+    return f"{amount}{unit}"
+
+
+def _check_name(name: str) -> None:
+    if not name or not name.strip():
+        raise ConfigError("the role name is empty")
+    if len(name.encode("utf-8")) > 63:
+        raise ConfigError(f"role name {name!r} is longer than PostgreSQL's 63 bytes")
+    if name.lower().startswith("pg_"):
+        raise ConfigError(f"role names starting with pg_ are reserved by PostgreSQL ({name!r})")
+    if "\x00" in name:
+        raise ConfigError("the role name contains a NUL character")
+
+
+def create_reader(
+    conn: psycopg.Connection[Any],
+    name: str,
+    *,
+    schema: str = "ragpg",
+    password: str | None = None,
+    statement_timeout: str = DEFAULT_STATEMENT_TIMEOUT,
+    connection_limit: int = DEFAULT_CONNECTION_LIMIT,
+) -> ReaderRole:
+    """Create the read-only role ``name``, or bring an existing one back to exactly that.
+
+    Idempotent: privileges on ragpg's schema are revoked and granted again, so a rerun
+    (after a migration added a published view, say) converges. An existing role with more
+    power than a reader (superuser, CREATEROLE..., a member of another role, an owner of
+    ragpg objects) is refused rather than silently demoted. ``password=None`` keeps an
+    existing role's password; it is hashed on the client (SCRAM) before it reaches the
+    server, so it never appears in server logs. Runs in one transaction (a savepoint when
+    the caller has one open) and needs CREATEROLE plus ownership of the schema's objects.
+    """
+    _check_name(name)
+    timeout = normalise_timeout(statement_timeout)
+    if connection_limit < -1 or connection_limit == 0:
+        raise ConfigError("connection limit must be positive, or -1 for no limit")
+    if password is not None and (password == "" or "\x00" in password):
+        raise ConfigError("the password is empty or contains a NUL character")
+    role = sql.Identifier(name)
+    nsp = sql.Identifier(schema)
+    try:
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_ROLES_LOCK,))
+            database = _check_schema(conn, schema)
+            created = _ensure_role(conn, name, schema, role, connection_limit)
+            if password is not None:
+                verifier = conn.pgconn.encrypt_password(
+                    password.encode("utf-8"), name.encode("utf-8"), None
+                ).decode("ascii")
+                conn.execute(
+                    sql.SQL("ALTER ROLE {} PASSWORD {}").format(role, sql.Literal(verifier))
+                )
+            for setting, value in (
+                ("statement_timeout", timeout),
+                ("default_transaction_read_only", "on"),
+            ):
+                conn.execute(
+                    sql.SQL("ALTER ROLE {} SET {} = {}").format(
+                        role, sql.Identifier(setting), sql.Literal(value)
+                    )
+                )
+            for kind in ("TABLES", "SEQUENCES", "ROUTINES"):
+                conn.execute(
+                    sql.SQL("REVOKE ALL ON ALL {} IN SCHEMA {} FROM {}").format(
+                        sql.SQL(kind), nsp, role
+                    )
+                )
+            conn.execute(sql.SQL("REVOKE ALL ON SCHEMA {} FROM {}").format(nsp, role))
+            can_connect = conn.execute(
+                "SELECT has_database_privilege(%s, current_database(), 'CONNECT')", (name,)
+            ).fetchone()
+            if not (can_connect and can_connect[0]):
+                # PUBLIC's default CONNECT was revoked: grant it to this role alone.
+                conn.execute(
+                    sql.SQL("GRANT CONNECT ON DATABASE {} TO {}").format(
+                        sql.Identifier(database), role
+                    )
+                )
+            conn.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(nsp, role))
+            for view in PUBLISHED_VIEWS:
+                conn.execute(
+                    sql.SQL("GRANT SELECT ON {}.{} TO {}").format(nsp, sql.Identifier(view), role)
+                )
+            for function, args in PUBLISHED_FUNCTIONS:
+                conn.execute(
+                    sql.SQL("GRANT EXECUTE ON FUNCTION {}.{}({}) TO {}").format(
+                        nsp, sql.Identifier(function), sql.SQL(args), role
+                    )
+                )
+    except psycopg.errors.InsufficientPrivilege as exc:
+        raise StoreError(
+            f"not allowed to create role {name!r} or grant on schema {schema!r}: run this as a"
+            f" user with CREATEROLE that owns ragpg's objects (the one that ran `ragpg init`)"
+            f" ({_one_line(exc)})"
+        ) from None
+    except psycopg.Error as exc:
+        raise StoreError(f"could not create role {name!r}: {_one_line(exc)}") from None
+    return ReaderRole(
+        name=name,
+        schema=schema,
+        database=database,
+        created=created,
+        views=PUBLISHED_VIEWS,
+        functions=tuple(f"{f}({a})" for f, a in PUBLISHED_FUNCTIONS),
+        statement_timeout=timeout,
+        connection_limit=connection_limit,
+        password_set=password is not None,
+    )
+
+
+def _check_schema(conn: psycopg.Connection[Any], schema: str) -> str:
+    """The database name, once every published object is known to exist."""
+    rows = conn.execute(
+        "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
+        " WHERE n.nspname = %s AND c.relkind = 'v' AND c.relname = ANY(%s)",
+        (schema, list(PUBLISHED_VIEWS)),
+    ).fetchall()
+    missing = sorted(set(PUBLISHED_VIEWS) - {r[0] for r in rows})
+    for function, args in PUBLISHED_FUNCTIONS:
+        found = conn.execute(
+            "SELECT to_regprocedure(%s)", (f"{_quote(schema)}.{_quote(function)}({args})",)
+        ).fetchone()
+        if not found or found[0] is None:
+            missing.append(f"{function}()")
+    if missing:
+        raise SchemaMissing(
+            f"schema {schema!r} lacks {', '.join(missing)}: run `ragpg init` to upgrade it first"
+        )
+    row = conn.execute("SELECT current_database()").fetchone()
+    assert row is not None
+    return str(row[0])
+
+
+def _ensure_role(
+    conn: psycopg.Connection[Any], name: str, schema: str, role: sql.Identifier, limit: int
+) -> bool:
+    """Create the role, or check an existing one is safe to turn into a reader; True if new."""
+    limit_clause = sql.SQL("CONNECTION LIMIT {}").format(sql.Literal(limit))
+    row = conn.execute(
+        "SELECT r.oid, r.rolsuper, r.rolcreatedb, r.rolcreaterole, r.rolreplication,"
+        " r.rolbypassrls, r.rolname = current_user,"
+        " (SELECT string_agg(g.rolname, ', ' ORDER BY g.rolname) FROM pg_auth_members m"
+        "   JOIN pg_roles g ON g.oid = m.roleid WHERE m.member = r.oid),"
+        " EXISTS (SELECT 1 FROM pg_namespace n WHERE n.nspname = %(schema)s"
+        "   AND (n.nspowner = r.oid OR EXISTS (SELECT 1 FROM pg_class c"
+        "     WHERE c.relnamespace = n.oid AND c.relowner = r.oid)))"
+        " FROM pg_roles r WHERE r.rolname = %(name)s",
+        {"name": name, "schema": schema},
+    ).fetchone()
+    if row is None:
+        conn.execute(
+            sql.SQL(
+                "CREATE ROLE {} WITH LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION"
+                " NOBYPASSRLS {}"
+            ).format(role, limit_clause)
+        )
+        return True
+    _, superuser, createdb, createrole, replication, bypassrls, is_self, member_of, owner = row
+    powers = [label for label, flag in (
+        ("SUPERUSER", superuser), ("CREATEDB", createdb), ("CREATEROLE", createrole),
+        ("REPLICATION", replication), ("BYPASSRLS", bypassrls),
+    ) if flag]
+    if is_self:
+        powers.append("it is the current user")
+    if member_of:
+        powers.append(f"member of {member_of}")
+    if owner:
+        powers.append(f"owner of objects in schema {schema!r}")
+    if powers:
+        raise ConfigError(
+            f"role {name!r} already exists with more rights than a reader ({'; '.join(powers)}):"
+            " choose another name, or drop that role first"
+        )
+    # Only LOGIN and the limit: the other attributes were just checked to be off, and a
+    # CREATEROLE (non-superuser) admin may not even mention SUPERUSER/REPLICATION/BYPASSRLS.
+    conn.execute(sql.SQL("ALTER ROLE {} WITH LOGIN {}").format(role, limit_clause))
+    return False
+
+
+def _quote(identifier: str) -> str:
+    return '"' + identifier.replace('"', '""') + '"'
+
+
+def _one_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__
+
+
+__all__ = [
+    "DEFAULT_CONNECTION_LIMIT",
+    "DEFAULT_STATEMENT_TIMEOUT",
+    "PUBLISHED_FUNCTIONS",
+    "PUBLISHED_VIEWS",
+    "ReaderRole",
+    "create_reader",
+    "normalise_timeout",
+]
