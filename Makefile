@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 DEMO_HOME ?= $(CURDIR)/.ragpg
 
-.PHONY: install demo test test-fast lint typecheck bench bench-peers docs clean
+.PHONY: install demo test test-fast lint typecheck bench bench-peers bench-scale docs clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -27,13 +27,28 @@ lint: install
 typecheck: install
 	$(PY) -m mypy rag_pg
 
+# Benchmarks (docs/performance.md). Extra options: make bench BENCH_ARGS="--docs 500",
+# make bench BENCH_ARGS=--memory, make bench-peers BENCH_PEERS_ARGS="--docs 500",
+# make bench-scale BENCH_SCALE_ARGS="--chunks 1000000".
+BENCH_ARGS ?=
+BENCH_PEERS_ARGS ?=
+BENCH_PEERS_RESULTS ?= $(CURDIR)/bench-results
+BENCH_SCALE_ARGS ?=
+SHARED_BENCH ?= $(abspath $(CURDIR)/../shared/bench)
+
 bench: install
-	$(PY) bench/bench.py
+	$(PY) bench/bench.py $(BENCH_ARGS)
 
 bench-peers: install
-	@if [ -d ../shared/bench ]; then \
-		../shared/bench/run_all.sh --adapter ragpg=$(CURDIR)/$(PY):$(CURDIR)/bench/ragpg_adapter.py --peers baseline_raw,ragpg,llamaindex,langchain; \
-	else echo "../shared/bench is not present: bench-peers needs the shared harness"; exit 2; fi
+	@if [ -d $(SHARED_BENCH) ]; then \
+		RAGBENCH_DIR=$(SHARED_BENCH) $(SHARED_BENCH)/run_all.sh --results $(BENCH_PEERS_RESULTS) \
+			--adapter ragpg=$(CURDIR)/$(PY):$(CURDIR)/bench/ragpg_adapter.py \
+			--peers baseline_raw,ragpg,llamaindex,langchain $(BENCH_PEERS_ARGS) \
+		&& $(PY) bench/peer_ratios.py $(BENCH_PEERS_RESULTS)/latest.jsonl; \
+	else echo "$(SHARED_BENCH) is not present: bench-peers needs the shared harness"; exit 2; fi
+
+bench-scale: install
+	$(PY) bench/scale.py $(BENCH_SCALE_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache dist build *.egg-info $(DEMO_HOME)

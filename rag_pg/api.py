@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -9,14 +10,15 @@ from typing import Any
 import psycopg
 
 from . import migrate
+from .bm25 import BM25Params
 from .config import Settings
 from .db import ConnectionSource, PoolSource, prepare, source_for
-from .embed import make_provider
+from .embed import make_provider, serving
 from .embed.base import EmbeddingProvider
 from .errors import ConfigError, SchemaMissing, StoreError
 from .ingest import Ingestor, ProgressFn
 from .models import Hit, IngestReport
-from .search import MODES, SearchRequest, Searcher
+from .search import MODES, Searcher, SearchRequest
 from .store import Store
 
 
@@ -46,6 +48,8 @@ class RagPG:
             )
         self.source: ConnectionSource = source_for(target, pool_size=self.settings.database.pool_size)
         self._provider = provider
+        self._owns_provider = provider is None  # never close what the caller handed over
+        self._provider_lock = threading.Lock()
         self.store = Store(self.settings.database.schema)
         self.searcher = Searcher(self.settings.database.schema)
 
@@ -54,12 +58,14 @@ class RagPG:
     @property
     def provider(self) -> EmbeddingProvider:
         if self._provider is None:
-            self._provider = make_provider(self.settings.embedding, warn=self.warn)
+            with self._provider_lock:
+                if self._provider is None:
+                    self._provider = make_provider(self.settings.embedding, warn=self.warn)
         return self._provider
 
     def close(self) -> None:
         self.source.close()
-        if self._provider is not None:
+        if self._provider is not None and self._owns_provider:
             self._provider.close()
 
     def __enter__(self) -> RagPG:
@@ -126,14 +132,6 @@ class RagPG:
         passage; ``expand`` ("parent" | "children") attaches the related node's text in
         ``hit.extra["expanded"]``; ``rerank`` applies the configured cross-encoder.
         """
-        unsupported = {
-            "filters": filters, "level": level, "node_type": node_type,
-            "max_per_document": max_per_document, "neighbours": neighbours or None,
-            "expand": expand, "rerank": rerank,
-        }
-        given = [name for name, value in unsupported.items() if value is not None]
-        if given:
-            raise ConfigError(f"search options not available yet: {', '.join(given)}")
         k = self.settings.retrieval.k if k is None else k
         if not query or not query.strip() or k <= 0:
             return []
@@ -141,6 +139,7 @@ class RagPG:
         if mode is not None and mode not in MODES:
             raise ConfigError(f"mode must be one of {', '.join(MODES)} (got {mode!r})")
         mode = mode or self.settings.retrieval.mode
+        use_rerank = self.settings.rerank.enabled if rerank is None else rerank
         with self.source.connection() as conn:
             self._checked(conn)
             bound = self.store.collection_model(conn, collection)
@@ -152,19 +151,50 @@ class RagPG:
             mode = mode or "hybrid"
             qvec = None
             if mode in ("hybrid", "vector"):
-                provider = self.provider
-                if provider.model != model:
+                # The provider (or the part of a chain) of the collection's model: a chain
+                # holding both models follows the collection through a `ragpg reembed`.
+                provider = serving(self.provider, model, dimension)
+                if provider is None:
                     raise StoreError(
                         f"collection {collection!r} is indexed with {model!r}, the configured"
-                        f" provider gives {provider.model!r}"
+                        f" provider gives {self.provider.model!r}"
                     )
                 qvec = provider.embed("query", [query])[0]
-            request = SearchRequest(
-                collection=collection, k=k, mode=mode, query_text=query, query_vector=qvec,
-                model=model, dimension=dimension, candidates=max(self.settings.retrieval.candidates, k),
-                rrf_k=self.settings.retrieval.rrf_k, path_prefix=path_prefix,
+            request = self._search_request(
+                query, k, mode, collection, qvec, model, dimension, path_prefix=path_prefix,
+                filters=filters, level=level, node_type=node_type,
+                max_per_document=max_per_document, neighbours=neighbours, expand=expand,
             )
-            return self.searcher.run(conn, request)
+            if not use_rerank:
+                return self.searcher.run(conn, request)
+            from .rerank import Reranker
+
+            reranker = Reranker(self.settings.rerank)
+            try:
+                return self.searcher.run(
+                    conn, request, reranker=lambda hits: reranker.rerank(query, hits, k)
+                )
+            finally:
+                reranker.close()
+
+    def _search_request(
+        self, query: str, k: int, mode: str, collection: str, qvec: Any, model: str | None,
+        dimension: int | None, **options: Any,
+    ) -> SearchRequest:
+        """Arguments + [retrieval] settings -> the searcher's request (validated there)."""
+        r = self.settings.retrieval
+        filters = options.pop("filters")
+        if filters is not None and not isinstance(filters, Mapping):
+            raise ConfigError("filters must be a mapping of front-matter keys to values")
+        return SearchRequest(
+            collection=collection, k=k, mode=mode, query_text=query, query_vector=qvec,
+            model=model, dimension=dimension, candidates=max(r.candidates, k), rrf_k=r.rrf_k,
+            ef_search=r.ef_search, front_matter=dict(filters) if filters else None,
+            weights={"vector": r.vector_weight, "keyword": r.keyword_weight},
+            bm25=BM25Params(r.bm25_k1, r.bm25_b), exact_limit=r.exact_limit,
+            max_scan_tuples=r.max_scan_tuples, iterative_scan=r.iterative_scan,
+            neighbours=int(options.pop("neighbours") or 0), **options,
+        )
 
     def get_document(
         self, path: str | None = None, *, id: int | None = None, collection: str | None = None

@@ -31,14 +31,62 @@ class ChunkSettings:
     overlap: int = 45
 
 
+EMBEDDING_PROVIDERS: tuple[str, ...] = ("http", "openai", "ollama", "local", "none")
+# Keys that shape the whole chain (how texts are split and how long a batch may take): they
+# live on [embedding] only, so one [[embedding.providers]] table cannot contradict another.
+CHAIN_KEYS: frozenset[str] = frozenset({"batch_tokens", "concurrency", "deadline", "providers"})
+
+
 @dataclass(frozen=True, slots=True)
 class EmbeddingSettings:
-    provider: str | None = None  # http | local | none; None = auto
+    """``[embedding]``: one provider (the simple case) or, with ``providers``, an ordered chain.
+
+    Each ``[[embedding.providers]]`` table takes the same keys; a key it does not set is
+    inherited from ``[embedding]`` whatever set it (file, ``RAGPG_EMBEDDING_*``, flags), so
+    ``model`` or ``timeout`` is written once for the whole chain. The API key is never a
+    setting: ``api_key_env`` names the environment variable that holds it.
+    """
+
+    provider: str | None = None  # http | openai | ollama | local | none; None = auto
     url: str | None = None
     model: str | None = None
     dimension: int | None = None
-    batch_size: int = 32
-    timeout: float = 30.0
+    batch_size: int = 32  # texts per request (per provider in a chain: its own cap)
+    timeout: float = 30.0  # seconds per request
+    api_key_env: str | None = None  # NAME of the environment variable holding the API key
+    send_dimensions: bool = False  # openai: send `dimensions` = dimension (shortened vectors)
+    query_prefix: str = ""  # openai/ollama: prepended to queries ("query: " for e5 models)
+    passage_prefix: str = ""  # openai/ollama: prepended to passages ("passage: " for e5)
+    attempts: int = 3  # tries per provider and batch when it is unavailable
+    backoff: float = 0.5  # first retry delay (seconds), doubled each time, with jitter
+    backoff_max: float = 8.0  # cap of one retry delay (Retry-After may ask for more)
+    cooldown: float = 30.0  # seconds a provider that exhausted its attempts is skipped
+    batch_tokens: int = 8192  # estimated tokens per request (chain-wide)
+    concurrency: int = 4  # requests in flight (chain-wide)
+    deadline: float = 120.0  # seconds one batch may take across retries and fallbacks
+    providers: tuple[EmbeddingSettings, ...] = ()
+    # Keys a chain entry set itself (the rest inherit); filled by the config parser.
+    explicit: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
+
+    def links(self) -> tuple[EmbeddingSettings, ...]:
+        """The chain, in order, each entry completed with what it inherits from ``[embedding]``.
+
+        An entry built in code (no parser to record its keys) inherits every key it leaves
+        at the default value.
+        """
+        if not self.providers:
+            return (self,)
+        base = replace(self, providers=(), explicit=frozenset())
+        defaults = EmbeddingSettings()
+        out = []
+        for entry in self.providers:
+            own = entry.explicit or {
+                f.name for f in fields(entry)
+                if f.name not in ("explicit", "providers")
+                and getattr(entry, f.name) != getattr(defaults, f.name)
+            }
+            out.append(replace(base, **{k: getattr(entry, k) for k in own if k not in CHAIN_KEYS}))
+        return tuple(out)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +95,29 @@ class RetrievalSettings:
     mode: str | None = None  # hybrid | vector | keyword; None = hybrid when vectors exist
     candidates: int = 40  # per leg, before fusion
     rrf_k: int = 60
+    vector_weight: float = 1.0  # weighted RRF: weight / (rrf_k + rank) per leg
+    keyword_weight: float = 1.0
+    bm25_k1: float = 1.2  # BM25 term-frequency saturation
+    bm25_b: float = 0.75  # BM25 length normalisation (0 = none, 1 = full)
+    ef_search: int = 100  # hnsw.ef_search (raised to the rows a query fetches, at most 1000)
+    iterative_scan: str = "relaxed_order"  # hnsw.iterative_scan: relaxed_order | strict_order | off
+    max_scan_tuples: int = 50000  # hnsw.max_scan_tuples for filtered searches
+    exact_limit: int = 5000  # exact (no index) vector search when filters leave <= this many chunks
+
+
+@dataclass(frozen=True, slots=True)
+class RerankSettings:
+    """Optional cross-encoder stage behind an HTTP rerank API (TEI, Jina or Cohere shape)."""
+
+    enabled: bool = False  # rerank every search unless search(rerank=False)
+    url: str | None = None  # e.g. http://localhost:8080 (TEI) or https://api.jina.ai (POST {url}/rerank or /v1/rerank)
+    api: str = "tei"  # tei | jina | cohere: request and response shape
+    model: str | None = None
+    api_key: str | None = None
+    top_n: int = 20  # fused candidates sent to the reranker (at least k)
+    timeout: float = 30.0
+    abstain_below: float = -4.0  # confidence bands on the rerank score (seed 003: raw logits)
+    caution_below: float = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +131,33 @@ class DatabaseSettings:
 
 @dataclass(frozen=True, slots=True)
 class ServerSettings:
-    token: str | None = None
+    token: str | None = None  # bearer token of `ragpg serve`; required to bind off loopback
+    max_body_bytes: int = 64 * 1024  # HTTP request bodies above this get 413 before parsing
+    max_query_chars: int = 4096  # longer queries get 422 (HTTP) or a tool error (MCP)
+    max_k: int = 100  # most hits one request may ask for
+    request_timeout: float = 30.0  # seconds before a request is answered 504
+
+
+@dataclass(frozen=True, slots=True)
+class LLMSettings:
+    """An OpenAI-compatible chat endpoint for `ask` and `summarize`; nothing is sent without url+model."""
+
+    url: str | None = None  # base URL (.../v1) or the full .../chat/completions URL
+    model: str | None = None
+    api_key_env: str | None = None  # the NAME of the environment variable holding the key
+    temperature: float = 0.3  # low, for factual answers (seed 002)
+    max_tokens: int = 2048
+    timeout: float = 120.0
+
+
+@dataclass(frozen=True, slots=True)
+class ContextSettings:
+    """The citable context block: token budget, language and overridable prompt templates."""
+
+    budget: int = 4000  # estimated tokens for the whole block (sources + instructions + question)
+    lang: str | None = None  # fr | en; None = guessed from the question
+    template_fr: str | None = None  # path of a template with $sources and $question
+    template_en: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,8 +168,11 @@ class Settings:
     chunk: ChunkSettings = field(default_factory=ChunkSettings)
     embedding: EmbeddingSettings = field(default_factory=EmbeddingSettings)
     retrieval: RetrievalSettings = field(default_factory=RetrievalSettings)
+    rerank: RerankSettings = field(default_factory=RerankSettings)
     database: DatabaseSettings = field(default_factory=DatabaseSettings)
     server: ServerSettings = field(default_factory=ServerSettings)
+    llm: LLMSettings = field(default_factory=LLMSettings)
+    context: ContextSettings = field(default_factory=ContextSettings)
     collection: str = "default"
     config_file: str | None = None
 
@@ -113,14 +213,10 @@ class Settings:
             raise ConfigError(
                 f"chunk.overlap must be >= 0 and < chunk.size (got {self.chunk.overlap}, size {self.chunk.size})"
             )
-        if self.embedding.batch_size <= 0:
-            raise ConfigError("embedding.batch_size must be > 0")
-        if self.embedding.provider not in (None, "http", "local", "none"):
-            raise ConfigError(
-                f"embedding.provider must be http, local or none (got {self.embedding.provider!r})"
-            )
+        _validate_embedding(self.embedding)
         if self.retrieval.mode not in (None, "hybrid", "vector", "keyword"):
             raise ConfigError(f"retrieval.mode must be hybrid, vector or keyword (got {self.retrieval.mode!r})")
+        _validate_retrieval(self.retrieval, self.rerank)
         if not self.collection or len(self.collection) > 200:
             raise ConfigError("collection must be a non-empty name of at most 200 characters")
         if not self.database.schema.replace("_", "").isalnum():
@@ -136,6 +232,13 @@ class Settings:
             data["database"]["url"] = redact_url(data["database"]["url"])
         if data["server"]["token"]:
             data["server"]["token"] = "***"
+        if data["rerank"]["api_key"]:
+            data["rerank"]["api_key"] = "***"
+        embedding = data["embedding"]
+        for entry in (embedding, *embedding["providers"]):
+            entry.pop("explicit", None)
+            if entry["url"]:
+                entry["url"] = redact_url(entry["url"])
         return data
 
 
@@ -144,9 +247,33 @@ SECTIONS: dict[str, type] = {
     "chunk": ChunkSettings,
     "embedding": EmbeddingSettings,
     "retrieval": RetrievalSettings,
+    "rerank": RerankSettings,
     "database": DatabaseSettings,
     "server": ServerSettings,
+    "llm": LLMSettings,
+    "context": ContextSettings,
 }
+
+
+def _validate_retrieval(r: RetrievalSettings, rr: RerankSettings) -> None:
+    """Retrieval and rerank bounds, named by their setting."""
+    problems = [
+        (r.vector_weight < 0 or r.keyword_weight < 0, "retrieval.vector_weight/keyword_weight must be >= 0"),
+        (not 0 <= r.bm25_b <= 1, f"retrieval.bm25_b must be between 0 and 1 (got {r.bm25_b})"),
+        (r.bm25_k1 < 0, f"retrieval.bm25_k1 must be >= 0 (got {r.bm25_k1})"),
+        (r.candidates <= 0 or r.rrf_k < 0, "retrieval.candidates must be > 0 and retrieval.rrf_k >= 0"),
+        (r.iterative_scan not in ("relaxed_order", "strict_order", "off"),
+         f"retrieval.iterative_scan must be relaxed_order, strict_order or off (got {r.iterative_scan!r})"),
+        (r.ef_search <= 0 or r.max_scan_tuples <= 0 or r.exact_limit < 0,
+         "retrieval.ef_search and max_scan_tuples must be > 0, exact_limit >= 0"),
+        (rr.api not in ("tei", "jina", "cohere"), f"rerank.api must be tei, jina or cohere (got {rr.api!r})"),
+        (rr.top_n <= 0, f"rerank.top_n must be > 0 (got {rr.top_n})"),
+        (rr.abstain_below > rr.caution_below,
+         f"rerank.abstain_below ({rr.abstain_below}) must be <= rerank.caution_below ({rr.caution_below})"),
+    ]
+    for bad, message in problems:
+        if bad:
+            raise ConfigError(message)
 
 
 def redact_url(url: str) -> str:
@@ -238,11 +365,88 @@ def _apply_section(current: Any, section: str, values: Mapping[str, Any], origin
     changes: dict[str, Any] = {}
     for key, value in values.items():
         if section == "embedding" and key == "providers":
-            continue  # fallback chain: read by the embedding layer
+            changes[key] = _parse_chain(value, origin)
+            continue
+        if section == "embedding" and key == "explicit":
+            known = known - {"explicit"}  # bookkeeping of the parser, not a setting
         if key not in known:
             raise ConfigError(f"{origin}: unknown setting {section}.{key}")
         changes[key] = _coerce(value, hints[key], f"{section}.{key}", origin)
     return replace(current, **changes)
+
+
+def _parse_chain(value: Any, origin: str) -> tuple[EmbeddingSettings, ...]:
+    """``[[embedding.providers]]`` tables (or RAGPG_EMBEDDING_PROVIDERS as a JSON list of them)."""
+    if isinstance(value, str):
+        import json
+
+        try:
+            value = json.loads(value) if value.strip() else []
+        except ValueError:
+            raise ConfigError(
+                f"{origin}: embedding.providers must be a JSON list of tables"
+            ) from None
+    if not isinstance(value, list | tuple):
+        raise ConfigError(f"{origin}: embedding.providers must be a list of tables")
+    hints = get_type_hints(EmbeddingSettings)
+    settable = {f.name for f in fields(EmbeddingSettings)} - {"explicit"}
+    entries: list[EmbeddingSettings] = []
+    for n, table in enumerate(value, start=1):
+        name = f"embedding.providers[{n}]"
+        if isinstance(table, EmbeddingSettings):
+            entries.append(table)
+            continue
+        if not isinstance(table, Mapping):
+            raise ConfigError(f"{origin}: {name} must be a table")
+        values: dict[str, Any] = {}
+        for key, raw in table.items():
+            if key not in settable:
+                raise ConfigError(f"{origin}: unknown setting {name}.{key}")
+            if key in CHAIN_KEYS:
+                raise ConfigError(
+                    f"{origin}: {name}.{key} applies to the whole chain: set embedding.{key}"
+                )
+            values[key] = _coerce(raw, hints[key], f"{name}.{key}", origin)
+        entries.append(EmbeddingSettings(**values, explicit=frozenset(values)))
+    return tuple(entries)
+
+
+def _validate_embedding(e: EmbeddingSettings) -> None:
+    """Bounds of [embedding] and of every chain entry (named by its position)."""
+    links = e.links()
+    named = [("embedding", e)] if not e.providers else [
+        (f"embedding.providers[{n}]", link) for n, link in enumerate(links, start=1)
+    ]
+    if e.batch_tokens <= 0:
+        raise ConfigError(f"embedding.batch_tokens must be > 0 (got {e.batch_tokens})")
+    if not 1 <= e.concurrency <= 64:
+        raise ConfigError(f"embedding.concurrency must be 1..64 (got {e.concurrency})")
+    if e.deadline <= 0:
+        raise ConfigError(f"embedding.deadline must be > 0 (got {e.deadline:g})")
+    for name, link in named:
+        if link.provider not in (None, *EMBEDDING_PROVIDERS):
+            raise ConfigError(
+                f"{name}.provider must be one of {', '.join(EMBEDDING_PROVIDERS)}"
+                f" (got {link.provider!r})"
+            )
+        if e.providers and link.provider == "none":
+            raise ConfigError(f"{name}.provider = none cannot be part of a chain")
+        if link.batch_size <= 0:
+            raise ConfigError(f"{name}.batch_size must be > 0")
+        if link.timeout <= 0:
+            raise ConfigError(f"{name}.timeout must be > 0 (got {link.timeout:g})")
+        if link.dimension is not None and link.dimension <= 0:
+            raise ConfigError(f"{name}.dimension must be > 0 (got {link.dimension})")
+        if link.attempts < 1:
+            raise ConfigError(f"{name}.attempts must be >= 1 (got {link.attempts})")
+        if link.backoff < 0 or link.backoff_max < 0 or link.cooldown < 0:
+            raise ConfigError(f"{name}.backoff, backoff_max and cooldown must be >= 0")
+        if link.send_dimensions and (link.provider != "openai" or link.dimension is None):
+            raise ConfigError(f"{name}.send_dimensions needs provider = openai and a dimension")
+        if link.api_key_env is not None and not link.api_key_env.replace("_", "").isalnum():
+            raise ConfigError(
+                f"{name}.api_key_env must be the NAME of an environment variable, not a key"
+            )
 
 
 def _coerce(value: Any, hint: Any, name: str, origin: str) -> Any:

@@ -10,14 +10,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import psycopg
 
-from . import failpoints, language
+from . import failpoints, hierarchy, language
 from .chunk import Chunker, embedding_text
 from .config import Settings
 from .db import ConnectionSource
 from .embed.base import EmbeddingProvider
+from .embed.batching import embed_all
 from .errors import ConfigError, DocumentError, EmbeddingError, IngestBusy, RagError, StoreError
 from .models import FailedDocument, IngestReport, SkippedFile
 from .parse import parse_document
@@ -59,6 +59,8 @@ class Ingestor:
         self.chunker = Chunker(settings.chunk.size, settings.chunk.overlap)
         self.progress = progress or (lambda event, data: None)
         self.warn = warn or (lambda message: None)
+        self._embed_total = 0  # chunks queued for embedding so far in this run
+        self._embed_done = 0
 
     def run(
         self,
@@ -111,6 +113,8 @@ class Ingestor:
                         report.documents_deleted, report.chunks_deleted = docs, chunks
                     else:
                         report.documents_deleted = len(gone)
+                if not dry_run:
+                    hierarchy.record_missing_parents(conn, self.store.schema, collection, report, seen)
                 status = "partial" if report.failures else "completed"
             finally:
                 report.duration_seconds = time.monotonic() - started
@@ -135,6 +139,8 @@ class Ingestor:
         default_language = self.settings.source.language
         for item in walk(root, rules):
             if isinstance(item, SkippedFile):
+                if item.reason == "unreadable":
+                    seen.add(item.path)  # a transient read error must not prune the document
                 report.skipped.append(item)
                 report.files_skipped[item.reason] = report.files_skipped.get(item.reason, 0) + 1
                 continue
@@ -170,7 +176,7 @@ class Ingestor:
                 continue
             pending.items.append(prepared)
             pending.chunks += len(chunks) if embeds else 0
-            if (pending.chunks >= self.settings.embedding.batch_size * 4
+            if (pending.chunks >= self._embed_group_chunks()
                     or len(pending.items) >= WRITE_GROUP_DOCUMENTS):
                 self._flush(conn, collection, pending, report, model)
                 pending = _Pending()
@@ -210,6 +216,11 @@ class Ingestor:
         for item in items:
             self.progress("document", {"path": item.document.path, "status": "indexed", "report": report})
 
+    def _embed_group_chunks(self) -> int:
+        """Chunks gathered before embedding: enough batches to keep every request slot busy."""
+        embedding = self.settings.embedding
+        return embedding.batch_size * max(4, embedding.concurrency)
+
     def _embed(
         self, items: list[PreparedDocument], report: IngestReport, model: str | None
     ) -> list[PreparedDocument]:
@@ -230,28 +241,34 @@ class Ingestor:
         for item in needing:
             try:
                 self._embed_documents([item], report)
-            except EmbeddingError as exc:
-                if exc.kind == "unavailable":
+            except EmbeddingError as error:
+                if error.kind == "unavailable":
                     raise
                 refused.add(id(item))
-                self._fail(report, item.document.path, _embedding_message(exc), exc.kind)
+                self._fail(report, item.document.path, _embedding_message(error), error.kind)
         return [p for p in items if id(p) not in refused]
 
     def _embed_documents(self, items: list[PreparedDocument], report: IngestReport) -> None:
-        texts: list[str] = []
-        owners: list[int] = []
-        for index, item in enumerate(items):
-            for chunk in item.chunks:
-                texts.append(embedding_text(chunk))
-                owners.append(index)
-        batch = self.settings.embedding.batch_size
-        vectors: list[np.ndarray] = []
-        for start in range(0, len(texts), batch):
-            part = texts[start:start + batch]
-            vectors.append(self.provider.embed("passage", part))
+        """Embed every chunk of ``items`` (type passage), several batches in flight.
+
+        Runs outside any transaction: a slow or failing service never holds a database lock.
+        Batches are cut by count and by estimated tokens; progress gets one "embedded" event
+        per batch with the running totals (``embedded`` of ``total`` queued so far).
+        """
+        texts = [embedding_text(chunk) for item in items for chunk in item.chunks]
+        settings = self.settings.embedding
+        self._embed_total += len(texts)
+
+        def done(count: int) -> None:
             report.embedding_calls += 1
-            self.progress("embedded", {"count": len(part), "report": report})
-        stacked = np.concatenate(vectors) if vectors else np.zeros((0, 0), dtype=np.float32)
+            self._embed_done += count
+            self.progress("embedded", {"count": count, "embedded": self._embed_done,
+                                       "total": self._embed_total, "report": report})
+
+        stacked = embed_all(
+            self.provider, "passage", texts, batch_size=settings.batch_size,
+            batch_tokens=settings.batch_tokens, concurrency=settings.concurrency, on_batch=done,
+        )
         offset = 0
         for item in items:
             n = len(item.chunks)

@@ -1,45 +1,38 @@
-"""Retrieval SQL: one statement returns each candidate's vector and keyword rank and score."""
+"""Retrieval: ONE SQL statement returns each candidate's vector and keyword rank and score
+(plus its neighbour window and related node when asked); fusion and shaping are Python."""
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 import psycopg
 from psycopg import sql
+from psycopg.types.json import Jsonb
 
-from .fuse import rrf
+from .bm25 import BM25Params, keyword_query
+from .errors import ConfigError
+from .fuse import cap_per_document, rrf
 from .models import Chunk, Hit
-from .queries import Queries
+from .queries import Queries, _raw
 
 MODES = ("hybrid", "vector", "keyword")
-MAX_QUERY_WORDS = 64
-_WORD = re.compile(r"\w+", re.UNICODE)
+LANGUAGES = ("french", "english", "simple")  # text search configurations, in the SQL's order
+EXPANSIONS = ("parent", "children")
+HALFVEC_THRESHOLD = 2000  # as store.HALFVEC_THRESHOLD: the HNSW index casts to halfvec above it
+MAX_EF_SEARCH = 1000  # pgvector's upper bound for hnsw.ef_search
+PER_DOCUMENT_OVERFETCH = 4  # HNSW rows fetched per candidate slot when hits are capped per file
 
-
-def keyword_query(text: str) -> str:
-    """The query's words as a ``websearch_to_tsquery`` OR-expression that cannot fail to parse.
-
-    Every word is quoted, so operators, quotes and punctuation in user text are inert; an
-    OR (not AND) keeps noisy questions from matching nothing. At most 64 distinct words.
-    """
-    words: list[str] = []
-    seen: set[str] = set()
-    for match in _WORD.finditer(text.replace("\x00", " ")):
-        word = match.group(0).replace("_", " ").strip()
-        lowered = word.lower()
-        if word and lowered not in seen:
-            seen.add(lowered)
-            words.append(word)
-        if len(words) >= MAX_QUERY_WORDS:
-            break
-    return " or ".join(f'"{w}"' for w in words)
+Reranker = Callable[[list[Hit]], list[Hit]]
 
 
 @dataclass(frozen=True, slots=True)
 class SearchRequest:
+    """Everything one search needs; built by :meth:`RagPG.search` from arguments and settings."""
+
     collection: str
     k: int
     mode: str
@@ -51,109 +44,267 @@ class SearchRequest:
     rrf_k: int = 60
     path_prefix: str | None = None
     ef_search: int = 100
+    front_matter: Mapping[str, Any] | None = None
+    level: int | None = None
+    node_type: str | None = None
+    max_per_document: int | None = None
+    neighbours: int = 0
+    expand: str | None = None
+    weights: Mapping[str, float] = field(default_factory=lambda: {"vector": 1.0, "keyword": 1.0})
+    bm25: BM25Params = field(default_factory=BM25Params)
+    exact_limit: int = 5000
+    max_scan_tuples: int = 50000
+    iterative_scan: str = "relaxed_order"
+
+
+def normalise_prefix(prefix: str | None) -> str | None:
+    """``./docs/ops/`` -> ``docs/ops``: a relative path prefix, matched segment by segment."""
+    if prefix is None:
+        return None
+    cleaned = re.sub(r"^(\./)+", "", prefix.strip().replace("\\", "/")).strip("/")
+    return re.sub(r"/+", "/", cleaned) or None
 
 
 class Searcher:
-    """Builds and runs the retrieval statement, then fuses ranks in Python."""
+    """Builds and runs the retrieval statement, then fuses ranks and shapes hits in Python."""
 
     def __init__(self, schema: str = "ragpg"):
         self.q = Queries(schema)
+        self._ident = sql.Identifier(schema)
+        self._iterative: bool | None = None
+
+    # -- SQL ------------------------------------------------------------------------------
+
+    def _sql(self, name: str, **parts: sql.Composable) -> sql.Composed:
+        return sql.SQL(_raw()[name]).format(schema=self._ident, **parts)
+
+    def doc_filter(self, req: SearchRequest) -> sql.Composed:
+        """The WHERE clause on ``d`` (document), the same for both legs; absent filters vanish
+        from the SQL so that the planner sees only what is asked."""
+        names = ["search_filter_collection"]
+        if normalise_prefix(req.path_prefix):
+            names.append("search_filter_path_prefix")
+        if req.front_matter:
+            names.append("search_filter_front_matter")
+        if req.level is not None:
+            names.append("search_filter_level")
+        if req.node_type is not None:
+            names.append("search_filter_node_type")
+        return sql.SQL(" AND ").join(self._sql(n) for n in names)
 
     def statement(self, req: SearchRequest) -> sql.Composed:
-        legs: list[sql.Composable] = []
+        where = self.doc_filter(req)
+        ctes: list[sql.Composable] = []
         if req.mode in ("hybrid", "vector"):
-            legs.append(self.q("search_vector_leg", model=req.model, dim=req.dimension))
+            kind = sql.SQL("halfvec" if (req.dimension or 0) > HALFVEC_THRESHOLD else "vector")
+            parts = {"doc_filter": where, "vkind": kind, "dim": sql.Literal(req.dimension),
+                     "model": sql.Literal(req.model)}
+            ctes += [self._sql("search_vector_scope", **parts), self._sql("search_vector_leg", **parts)]
+        else:
+            ctes.append(self._sql("search_vector_none"))
         if req.mode in ("hybrid", "keyword"):
-            legs.append(self.q("search_keyword_leg"))
-        final = self.q(f"search_select_{req.mode}")
-        return sql.SQL("WITH ") + sql.SQL(",\n").join(legs) + sql.SQL("\n") + final
+            ctes.append(self._sql("search_keyword_leg", doc_filter=where))
+        else:
+            ctes.append(self._sql("search_keyword_none"))
+        window = self._sql("search_window") if req.neighbours > 0 else sql.SQL("NULL::jsonb")
+        expanded = (
+            self._sql(f"search_expand_{req.expand}") if req.expand else sql.SQL("NULL::jsonb")
+        )
+        final = self._sql("search_select", window=window, expanded=expanded)
+        return sql.SQL("WITH ") + sql.SQL(",\n").join(ctes) + sql.SQL("\n") + final
 
     def params(self, req: SearchRequest) -> dict[str, Any]:
-        prefix = req.path_prefix.strip("/") if req.path_prefix else None
+        prefix = normalise_prefix(req.path_prefix)
+        per_document = req.max_per_document or max(req.candidates, req.k)
         params: dict[str, Any] = {
             "collection": req.collection,
             "candidates": max(req.candidates, req.k),
-            "path_prefix": prefix or None,
+            "per_document": per_document,
+            "path_prefix": prefix,
+            "path_prefix_dir": f"{prefix}/" if prefix else None,
+            "front_matter": Jsonb(dict(req.front_matter)) if req.front_matter else None,
+            "level": req.level,
+            "node_type": req.node_type,
+            "neighbours": req.neighbours,
         }
         if req.mode in ("hybrid", "vector"):
             params["qvec"] = req.query_vector
+            params["exact_limit"] = req.exact_limit
+            overfetch = PER_DOCUMENT_OVERFETCH if req.max_per_document else 1
+            params["vec_fetch"] = max(req.candidates, req.k) * overfetch
         if req.mode in ("hybrid", "keyword"):
-            params["kwq"] = keyword_query(req.query_text)
-            params["cfg_french"] = self.q.config("french")
-            params["cfg_english"] = self.q.config("english")
-            params["cfg_simple"] = self.q.config("simple")
+            kq = keyword_query(req.query_text)
+            params["kw_text"] = kq.text
+            params["kwq"] = kq.prefilter
+            params["ts_configs"] = [self.q.config(lang) for lang in LANGUAGES]
+            params["ts_languages"] = list(LANGUAGES)
+            params["k1"] = req.bm25.k1
+            params["b"] = req.bm25.b
         return params
 
-    def run(self, conn: psycopg.Connection[Any], req: SearchRequest) -> list[Hit]:
+    # -- run ------------------------------------------------------------------------------
+
+    def check_pgvector(self, conn: psycopg.Connection[Any]) -> bool:
+        """Once per searcher: can this server do iterative index scans? (pgvector >= 0.8, and
+        the setting reads back: an unknown or invalid value would be ignored silently.)"""
+        if self._iterative is None:
+            with conn.transaction():
+                row = conn.execute(self.q("search_check_pgvector")).fetchone()
+            version = tuple(int(p) for p in re.findall(r"\d+", str(row[0] if row else ""))[:2])
+            self._iterative = bool(row) and version >= (0, 8) and row[3] == "relaxed_order"  # type: ignore[index]
+        return self._iterative
+
+    def run(
+        self, conn: psycopg.Connection[Any], req: SearchRequest, *, reranker: Reranker | None = None
+    ) -> list[Hit]:
+        """Best hits first: fused, optionally reranked, capped per document, cut at k."""
         if req.k <= 0:
             return []
+        validate(req)
         if req.mode in ("hybrid", "keyword") and not keyword_query(req.query_text):
             if req.mode == "keyword":
                 return []
-            req = SearchRequest(**{**_asdict(req), "mode": "vector"})
+            req = replace(req, mode="vector")  # nothing to match by words: meaning only
+        if req.mode in ("hybrid", "vector") and not self.check_pgvector(conn):
+            # Without iterative scans a filtered HNSW scan can return too few rows: go exact.
+            req = replace(req, exact_limit=2**31 - 1)
         stmt = self.statement(req)
         params = self.params(req)
-        with conn.transaction():
-            if req.mode in ("hybrid", "vector"):
-                conn.execute(
-                    "SELECT set_config('hnsw.ef_search', %s, true),"
-                    " set_config('hnsw.iterative_scan', 'relaxed_order', true)",
-                    (str(max(req.ef_search, req.candidates, req.k)),),
-                )
-            rows = conn.execute(stmt, params).fetchall()
-        return fuse_rows(rows, req)
+        settings = {
+            "ef_search": str(min(MAX_EF_SEARCH, max(req.ef_search, params.get("vec_fetch", 0)))),
+            "iterative_scan": req.iterative_scan,
+            "max_scan_tuples": str(req.max_scan_tuples),
+        }
+        with conn.pipeline():
+            with conn.transaction():
+                if req.mode in ("hybrid", "vector"):
+                    conn.execute(self.q("search_settings"), settings)
+                cur = conn.execute(stmt, params)
+            rows = cur.fetchall()
+        return shape(rows, req, reranker=reranker)
 
 
-def _asdict(req: SearchRequest) -> dict[str, Any]:
-    return {f: getattr(req, f) for f in req.__slots__}  # type: ignore[attr-defined]
+def validate(req: SearchRequest) -> None:
+    if req.mode not in MODES:
+        raise ConfigError(f"mode must be one of {', '.join(MODES)} (got {req.mode!r})")
+    if req.expand is not None and req.expand not in EXPANSIONS:
+        raise ConfigError(f"expand must be parent or children (got {req.expand!r})")
+    if req.max_per_document is not None and req.max_per_document < 1:
+        raise ConfigError(f"max_per_document must be >= 1 (got {req.max_per_document})")
+    if req.neighbours < 0:
+        raise ConfigError(f"neighbours must be >= 0 (got {req.neighbours})")
+    if req.iterative_scan not in ("relaxed_order", "strict_order", "off"):
+        raise ConfigError(f"retrieval.iterative_scan must be relaxed_order, strict_order or off"
+                          f" (got {req.iterative_scan!r})")
 
 
-def fuse_rows(rows: list[tuple[Any, ...]], req: SearchRequest) -> list[Hit]:
-    """Turn candidate rows into hits, best first, keeping each retriever's rank and score."""
-    by_id: dict[int, tuple[Any, ...]] = {int(r[0]): r for r in rows}
-    vector_ranked = sorted((r for r in rows if r[1] is not None), key=lambda r: (r[1], r[0]))
-    keyword_ranked = sorted((r for r in rows if r[3] is not None), key=lambda r: (r[3], r[0]))
-    rankings: dict[str, list[int]] = {}
-    if req.mode in ("hybrid", "vector"):
-        rankings["vector"] = [int(r[0]) for r in vector_ranked]
-    if req.mode in ("hybrid", "keyword"):
-        rankings["keyword"] = [int(r[0]) for r in keyword_ranked]
-    if req.mode == "hybrid":
-        ordered = rrf(rankings, k=req.rrf_k)
-    elif req.mode == "vector":
-        ordered = [(int(r[0]), 1.0 - float(r[2])) for r in vector_ranked]
-    else:
-        ordered = [(int(r[0]), float(r[4])) for r in keyword_ranked]
-    hits: list[Hit] = []
-    for chunk_id, score in ordered[: req.k]:
-        r = by_id[chunk_id]
-        ranks: dict[str, int] = {}
-        scores: dict[str, float] = {}
-        if r[1] is not None:
-            ranks["vector"] = int(r[1])
-            scores["vector"] = 1.0 - float(r[2])
-        if r[3] is not None:
-            ranks["keyword"] = int(r[3])
-            scores["keyword"] = float(r[4])
-        chunk = Chunk(
-            document_path=r[12],
-            document_title=r[13],
-            section=r[6],
-            anchor=r[7],
-            position=int(r[5]),
-            content=r[8],
-            token_count=int(r[9]),
-            content_hash=r[10],
-        )
-        hits.append(
-            Hit(
-                chunk=chunk,
-                score=float(score),
-                collection=r[14],
-                document_id=int(r[11]),
-                chunk_id=chunk_id,
-                ranks=ranks,
-                scores=scores,
-            )
-        )
+# -- fusion and shaping (pure) ---------------------------------------------------------------
+
+
+def fuse(rows: Sequence[Sequence[Any]], req: SearchRequest) -> list[tuple[int, float]]:
+    """Candidate rows -> (chunk id, score), best first. Vector: 1 - cosine distance; keyword:
+    BM25; hybrid: weighted RRF of the two rankings (ranks as numbered by SQL)."""
+    vector = sorted((r for r in rows if r[1] is not None), key=lambda r: (int(r[1]), int(r[0])))
+    keyword = sorted((r for r in rows if r[3] is not None), key=lambda r: (int(r[3]), int(r[0])))
+    if req.mode == "vector":
+        return [(int(r[0]), 1.0 - float(r[2])) for r in vector]
+    if req.mode == "keyword":
+        return [(int(r[0]), float(r[4])) for r in keyword]
+    rankings = {"vector": [int(r[0]) for r in vector], "keyword": [int(r[0]) for r in keyword]}
+    return rrf(rankings, k=req.rrf_k, weights=req.weights)
+
+
+def shape(
+    rows: Sequence[Sequence[Any]], req: SearchRequest, *, reranker: Reranker | None = None
+) -> list[Hit]:
+    by_id = {int(r[0]): r for r in rows}
+    expansions = {int(r[11]): r[16] for r in rows if r[16] is not None}
+    hits = [_hit(by_id[chunk_id], score) for chunk_id, score in fuse(rows, req)]
+    if reranker is not None:
+        hits = reranker(hits)
+    hits = cap_per_document(hits, lambda h: h.document_id, req.max_per_document)[: req.k]
+    for hit in hits:
+        row = by_id[hit.chunk_id or 0]
+        if req.neighbours > 0 and row[15]:
+            hit.extra["window"] = window(row[15], hit.chunk.position)
+        if req.expand:
+            hit.extra["expanded"] = expansion(req.expand, row, expansions.get(int(row[11])))
     return hits
+
+
+def _hit(r: Sequence[Any], score: float) -> Hit:
+    ranks: dict[str, int] = {}
+    scores: dict[str, float] = {}
+    if r[1] is not None:
+        ranks["vector"] = int(r[1])
+        scores["vector"] = 1.0 - float(r[2])
+    if r[3] is not None:
+        ranks["keyword"] = int(r[3])
+        scores["keyword"] = float(r[4])
+    chunk = Chunk(
+        document_path=r[12], document_title=r[13], section=r[6], anchor=r[7],
+        position=int(r[5]), content=r[8], token_count=int(r[9]), content_hash=r[10],
+    )
+    return Hit(chunk=chunk, score=float(score), collection=r[14], document_id=int(r[11]),
+               chunk_id=int(r[0]), ranks=ranks, scores=scores)
+
+
+def merge_chunks(chunks: Sequence[Mapping[str, Any]]) -> str:
+    """Consecutive chunks as one passage: the overlap tail that a chunk repeats from the one
+    before it (its first paragraph, made of that chunk's last words) is dropped, and a new
+    section starts under its heading, so the text reads as in the file."""
+    parts: list[str] = []
+    previous: Mapping[str, Any] | None = None
+    for chunk in chunks:
+        content = str(chunk["content"])
+        if previous is not None and chunk["section"] == previous["section"]:
+            head, sep, rest = content.partition("\n\n")
+            tail_words = head.split()
+            before = str(previous["content"]).split()
+            if sep and tail_words and before[-len(tail_words):] == tail_words:
+                content = rest
+        elif previous is not None:
+            content = f"## {chunk['section']}\n\n{content}"
+        parts.append(content)
+        previous = chunk
+    return "\n\n".join(p for p in parts if p)
+
+
+def _provenance(chunks: Sequence[Mapping[str, Any]], path: str | None = None) -> list[dict[str, Any]]:
+    out = []
+    for c in chunks:
+        item: dict[str, Any] = {"position": c["position"], "section": c["section"], "anchor": c["anchor"]}
+        if path is not None:
+            item = {"path": path, **item}
+        out.append(item)
+    return out
+
+
+def window(chunks: Sequence[Mapping[str, Any]], position: int) -> dict[str, Any]:
+    """The ±N neighbour window of a hit, merged, with the provenance of the span."""
+    return {
+        "start_position": int(chunks[0]["position"]),
+        "end_position": int(chunks[-1]["position"]),
+        "hit_position": position,
+        "text": merge_chunks(chunks),
+        "chunks": _provenance(chunks),
+    }
+
+
+def expansion(kind: str, row: Sequence[Any], data: Any) -> dict[str, Any] | None:
+    """``{"kind", "path", "title", "text", "chunks"}`` of the parent node, or of the children
+    (then ``path``/``title`` are the hit's own document and ``children`` lists each child)."""
+    if kind == "parent":
+        if not data:
+            return None
+        return {"kind": "parent", "path": data["path"], "title": data["title"],
+                "text": merge_chunks(data["chunks"]), "chunks": _provenance(data["chunks"], data["path"])}
+    children = list(data or [])
+    if not children:
+        return None
+    texts = [f"# {c['title']}\n\n{merge_chunks(c['chunks'])}" for c in children]
+    return {
+        "kind": "children", "path": row[12], "title": row[13], "text": "\n\n".join(texts),
+        "chunks": [p for c in children for p in _provenance(c["chunks"], c["path"])],
+        "children": [{"path": c["path"], "title": c["title"]} for c in children],
+    }

@@ -277,3 +277,120 @@ class Store:
                 "documents_failed": last[6],
             },
         }
+
+    # -- re-embedding (rag_pg/reembed.py) ---------------------------------------------------
+
+    def pending_vectors(self, conn: psycopg.Connection[Any], collection: str, model: str) -> int:
+        """Chunks of embedding documents that still lack a vector of ``model``."""
+        row = conn.execute(
+            self.q("reembed_pending_count"), {"collection": collection, "model": model}
+        ).fetchone()
+        assert row is not None
+        return int(row[0])
+
+    def chunks_without_vector(
+        self, conn: psycopg.Connection[Any], collection: str, model: str, *, after: int,
+        limit: int,
+    ) -> list[tuple[int, Chunk]]:
+        """The next ``limit`` chunks (by id, after ``after``) lacking a vector of ``model``.
+
+        Rebuilt as :class:`Chunk` from the stored rows (title, section, content), so the text
+        embedded is exactly what ingest embedded (``chunk.embedding_text``): no re-parse.
+        """
+        rows = conn.execute(
+            self.q("reembed_pending_chunks"),
+            {"collection": collection, "model": model, "after": after, "limit": limit},
+        ).fetchall()
+        return [
+            (
+                int(r[0]),
+                Chunk(
+                    document_path=r[1], document_title=r[2], section=r[3], anchor=r[4],
+                    position=int(r[5]), content=r[6], token_count=int(r[7]),
+                    content_hash=r[8],
+                ),
+            )
+            for r in rows
+        ]
+
+    def add_vectors(
+        self, conn: psycopg.Connection[Any], model: str, chunk_ids: Sequence[int],
+        vectors: np.ndarray,
+    ) -> int:
+        """Add vectors of ``model`` beside the existing ones, in one transaction (binary COPY).
+
+        Staged in a temporary table first, so a chunk deleted meanwhile is skipped instead of
+        failing the batch, and a vector already present is kept. Returns the rows added.
+        """
+        if len(chunk_ids) != len(vectors):
+            raise StoreError(f"{len(chunk_ids)} chunks but {len(vectors)} vectors")
+        if not chunk_ids:
+            return 0
+        with conn.transaction(), conn.cursor() as cur:
+            cur.execute(self.q("reembed_stage_create"))
+            with cur.copy(self.q("reembed_stage_copy")) as copy:
+                copy.set_types(["bigint", "vector"])
+                for chunk_id, vec in zip(chunk_ids, vectors, strict=True):
+                    copy.write_row((chunk_id, vec))
+            cur.execute(self.q("reembed_stage_insert"), {"model": model})
+            added = cur.rowcount
+            cur.execute(self.q("reembed_stage_clear"))
+        return int(added)
+
+    def switch_model(
+        self, conn: psycopg.Connection[Any], collection: str, model: str, dimension: int
+    ) -> int:
+        """Point the collection at ``model`` if every chunk has its vector; else change nothing.
+
+        One transaction: the collection row is locked, completeness is checked, the model and
+        the documents' fingerprints are updated together, so a search sees either the old
+        model with all its vectors or the new one with all of its own. Returns the number of
+        chunks still missing a vector (0 when the switch happened).
+        """
+        with conn.transaction():
+            row = conn.execute(
+                self.q("reembed_lock_collection"), {"collection": collection}
+            ).fetchone()
+            if row is None:
+                raise StoreError(f"collection {collection!r} does not exist")
+            missing = self.pending_vectors(conn, collection, model)
+            if missing:
+                return missing
+            old = row[0]
+            conn.execute(
+                self.q("reembed_set_model"),
+                {"collection": collection, "model": model, "dimension": dimension},
+            )
+            conn.execute(
+                self.q("reembed_refingerprint"),
+                {
+                    "collection": collection,
+                    "old_part": f";model={old or 'none'};",
+                    "new_part": f";model={model};",
+                },
+            )
+        return 0
+
+    def drop_other_vectors(self, conn: psycopg.Connection[Any], collection: str, model: str) -> int:
+        """Delete the collection's vectors of every model but ``model``; returns the rows."""
+        with conn.transaction():
+            cur = conn.execute(
+                self.q("reembed_drop_other_vectors"), {"collection": collection, "model": model}
+            )
+            return int(cur.rowcount)
+
+    def drop_vector_index_if_unused(self, conn: psycopg.Connection[Any], model: str) -> bool:
+        """Drop ``model``'s HNSW index once no vector and no collection uses that model."""
+        from psycopg import sql
+
+        with conn.transaction():
+            row = conn.execute(self.q("reembed_model_in_use"), {"model": model}).fetchone()
+            if row is None or row[0]:
+                return False
+            conn.execute(
+                sql.SQL("DROP INDEX IF EXISTS {schema}.{name}").format(
+                    schema=sql.Identifier(self.schema),
+                    name=sql.Identifier(vector_index_name(model)),
+                )
+            )
+        return True

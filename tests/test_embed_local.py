@@ -15,6 +15,7 @@ import pytest
 from rag_pg.embed import (
     LOCAL_DIMENSION,
     LOCAL_MODEL,
+    EmbeddingChain,
     EmbeddingProvider,
     EmbeddingSettings,
     HttpEmbeddingProvider,
@@ -260,7 +261,11 @@ def test_every_provider_fits_the_protocol() -> None:
 
 def test_url_selects_http_with_its_settings() -> None:
     settings = EmbeddingSettings(url="http://127.0.0.1:1/", model="e5", dimension=8, timeout=2.0)
-    provider = make_provider(settings)
+    chain = make_provider(settings)
+    # A remote provider always comes inside a chain (retries, backoff, deadline).
+    assert isinstance(chain, EmbeddingChain) and len(chain.links) == 1
+    assert (chain.kind, chain.model, chain.dimension) == ("http", "e5", 8)
+    provider = chain.links[0].provider
     assert isinstance(provider, HttpEmbeddingProvider)
     assert (provider.kind, provider.model, provider.dimension, provider.url) == (
         "http",

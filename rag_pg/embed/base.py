@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any, Literal, Protocol
 
 import numpy as np
@@ -45,6 +48,49 @@ class EmbeddingProvider(Protocol):
     def close(self) -> None:
         """Release connections or handles the provider opened."""
         ...
+
+
+class ProviderUnavailable(EmbeddingError):
+    """An *unavailable* failure that also says how retrying may help.
+
+    ``retry_after`` is the server's ``Retry-After`` (seconds), ``retryable`` is False when
+    the same request cannot succeed soon (401, 403, 404, a redirect, a closed provider): the
+    chain then moves to the next provider at once instead of spending its backoff budget.
+    """
+
+    def __init__(
+        self, message: str, *, retry_after: float | None = None, retryable: bool = True
+    ) -> None:
+        super().__init__("unavailable", message)
+        self.retry_after = retry_after
+        self.retryable = retryable
+
+
+_call = threading.local()
+
+
+@contextmanager
+def call_deadline(at: float) -> Iterator[None]:
+    """Cap every request made by this thread until ``at`` (``time.monotonic()`` seconds).
+
+    The chain sets it so that a batch's total deadline also bounds the HTTP call in flight
+    (a provider's own ``timeout`` would otherwise let the last attempt overrun it). Nested
+    deadlines keep the earliest.
+    """
+    previous: float | None = getattr(_call, "deadline", None)
+    _call.deadline = at if previous is None else min(previous, at)
+    try:
+        yield
+    finally:
+        _call.deadline = previous
+
+
+def time_left(timeout: float) -> float:
+    """``timeout``, shortened to what is left of the thread's call deadline (maybe <= 0)."""
+    at: float | None = getattr(_call, "deadline", None)
+    if at is None:
+        return timeout
+    return min(timeout, at - time.monotonic())
 
 
 def check_request(type: str, texts: Sequence[str]) -> None:

