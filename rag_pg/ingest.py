@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import time
 import zlib
 from collections.abc import Callable, Iterator
@@ -147,27 +148,30 @@ class Ingestor:
             failpoints.hit("after_walk_item")
             seen.add(item.path)
             report.documents_seen += 1
-            document = parse_document(item.path, item.data, item.text)
-            for warning in document.warnings:
-                report.warnings.append(f"{item.path}: {warning}")
-            embeds = model is not None and document.embed
-            fp = fingerprint(size, overlap, model if embeds else None)
             stored = states.get(item.path)
-            if (not full and stored is not None and stored.content_hash == document.content_hash
-                    and stored.fingerprint == fp):
+            if not full and stored is not None and self._unchanged(item.data, stored, model):
                 report.documents_skipped += 1
                 report.chunks_unchanged += stored.chunk_count
                 self.progress("document", {"path": item.path, "status": "unchanged", "report": report})
                 continue
-            chunks = self.chunker.chunk(document)
-            prepared = PreparedDocument(
-                document=document,
-                chunks=chunks,
-                vectors=None,
-                language=language.detect(document.content, document.front_matter, default_language),
-                fingerprint=fp,
-                source_root=root_key,
-            )
+            try:
+                document = parse_document(item.path, item.data, item.text)
+                embeds = model is not None and document.embed
+                fp = fingerprint(size, overlap, model if embeds else None)
+                chunks = self.chunker.chunk(document)
+                prepared = PreparedDocument(
+                    document=document,
+                    chunks=chunks,
+                    vectors=None,
+                    language=language.detect(document.content, document.front_matter, default_language),
+                    fingerprint=fp,
+                    source_root=root_key,
+                )
+            except (RagError, ValueError, RecursionError, MemoryError) as exc:
+                self._fail(report, item.path, f"cannot parse: {_first_line(exc)}", "parse")
+                continue
+            for warning in document.warnings:
+                report.warnings.append(f"{item.path}: {warning}")
             (report.changed if stored is not None else report.added).append(item.path)
             if dry_run:
                 if embeds:
@@ -183,6 +187,13 @@ class Ingestor:
         if pending.items:
             self._flush(conn, collection, pending, report, model)
         return seen
+
+    def _unchanged(self, data: bytes, stored: Any, model: str | None) -> bool:
+        """Same bytes and same pipeline: decided from the raw bytes, without parsing."""
+        if stored.content_hash != hashlib.sha256(data).hexdigest():
+            return False
+        size, overlap = self.settings.chunk.size, self.settings.chunk.overlap
+        return bool(stored.fingerprint == fingerprint(size, overlap, model if stored.embed else None))
 
     # -- embed then write --------------------------------------------------------------------
 

@@ -23,6 +23,7 @@ class StoredState:
     content_hash: str
     fingerprint: str
     chunk_count: int
+    embed: bool = True
 
 
 @dataclass(slots=True)
@@ -62,7 +63,7 @@ class Store:
     def document_states(self, conn: psycopg.Connection[Any], collection: str) -> dict[str, StoredState]:
         """Every stored document's hash and fingerprint: one query per run, not per file."""
         rows = conn.execute(self.q("document_states"), {"collection": collection}).fetchall()
-        return {r[0]: StoredState(r[1], r[2], r[3]) for r in rows}
+        return {r[0]: StoredState(r[1], r[2], r[3], bool(r[4])) for r in rows}
 
     def collection_model(
         self, conn: psycopg.Connection[Any], collection: str

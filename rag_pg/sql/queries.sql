@@ -2,7 +2,7 @@
 -- are literals bound by psycopg.sql; everything else is a named parameter.
 
 -- name: document_states
-SELECT path, content_hash, fingerprint, chunk_count
+SELECT path, content_hash, fingerprint, chunk_count, embed
 FROM {schema}.document
 WHERE collection = %(collection)s;
 
