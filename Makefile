@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 DEMO_HOME ?= $(CURDIR)/.ragpg
 
-.PHONY: install demo test test-fast lint typecheck bench bench-peers bench-scale docs clean
+.PHONY: install demo test test-fast lint typecheck bench bench-peers bench-scale docs clean eval
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -52,3 +52,15 @@ bench-scale: install
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache dist build *.egg-info $(DEMO_HOME)
+
+# Retrieval quality on the shipped French set (tests/data/tldr-fr-mini, CC BY 4.0 tldr-pages):
+# ingests it into its own collection of the configured index, then `ragpg eval` per mode, with a
+# floor on nDCG@10 (EVAL_MIN_NDCG). EVAL_SET=../shared/data/tldr-fr measures the full corpus.
+EVAL_SET ?= tests/data/tldr-fr-mini
+EVAL_COLLECTION ?= eval-tldr-fr
+EVAL_MIN_NDCG ?= 0.5
+eval: install
+	$(VENV)/bin/ragpg ingest $(EVAL_SET)/corpus --collection $(EVAL_COLLECTION)
+	$(VENV)/bin/ragpg eval $(EVAL_SET)/questions.jsonl --collection $(EVAL_COLLECTION) --min-ndcg $(EVAL_MIN_NDCG)
+	@if [ -f $(EVAL_SET)/paraphrases.jsonl ]; then \
+		$(VENV)/bin/ragpg eval $(EVAL_SET)/paraphrases.jsonl --collection $(EVAL_COLLECTION); fi

@@ -132,6 +132,9 @@ def open_rag(a: Any, settings: Any) -> tuple[Any, CountingProvider]:
 
 
 def cmd_ingest(a: Any) -> None:
+    import rag_pg.api  # noqa: F401  - imports are not part of wall_s (the contract); proc_wall_s has them
+    import rag_pg.embed  # noqa: F401
+
     res = common.Results(PEER, a.out)
     t_start = time.perf_counter()
     breakdown: dict[str, float] = {}

@@ -15,7 +15,6 @@ a graceful stop: in-flight requests finish, new ones are refused, idle connectio
 from __future__ import annotations
 
 import base64
-import hashlib
 import hmac
 import ipaddress
 import json
@@ -23,7 +22,6 @@ import socket
 import sys
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -34,6 +32,7 @@ import numpy.typing as npt
 
 from .chunk import estimate_tokens
 from .embed.base import EmbeddingProvider, EmbedType, check_request
+from .embed.cache import VectorCache
 from .errors import ConfigError, EmbeddingError
 
 DEFAULT_MAX_TEXTS = 256
@@ -54,44 +53,6 @@ class HttpProblem(Exception):
         self.status = status
         self.code = code
         self.headers = headers or {}
-
-
-class VectorCache:
-    """A thread-safe LRU of vectors keyed by (type, SHA-256 of the text); size 0 disables it."""
-
-    def __init__(self, size: int) -> None:
-        self.size = max(0, size)
-        self._items: OrderedDict[bytes, npt.NDArray[np.float32]] = OrderedDict()
-        self._lock = threading.Lock()
-        self.hits = 0
-        self.misses = 0
-
-    @staticmethod
-    def key(type: str, text: str) -> bytes:
-        return hashlib.sha256(f"{type}\x00{text}".encode("utf-8", "surrogatepass")).digest()
-
-    def get(self, key: bytes) -> npt.NDArray[np.float32] | None:
-        with self._lock:
-            found = self._items.get(key)
-            if found is None:
-                self.misses += 1
-                return None
-            self._items.move_to_end(key)
-            self.hits += 1
-            return found
-
-    def put(self, key: bytes, vector: npt.NDArray[np.float32]) -> None:
-        if self.size == 0:
-            return
-        with self._lock:
-            self._items[key] = vector
-            self._items.move_to_end(key)
-            while len(self._items) > self.size:
-                self._items.popitem(last=False)
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._items)
 
 
 @dataclass
@@ -157,6 +118,8 @@ class EmbedServer:
 
     def start(self) -> EmbedServer:
         """Learn the backend's model (fails fast when it cannot say), bind, serve in a thread."""
+        if self.backend.kind == "local":
+            self.backend.health()  # load the model now: a broken install fails at start
         model, dimension = self.backend.model, self.backend.dimension
         if model is None or dimension is None:
             raise ConfigError("the embedding provider does not say its model and dimension")

@@ -53,7 +53,11 @@ def serve(upstream) -> Iterator[Callable[..., EmbedServer]]:
                               cooldown=cooldown),
             environ={})
         kwargs.setdefault("port", 0)
-        server = EmbedServer(backend, **kwargs).start()
+        try:
+            server = EmbedServer(backend, **kwargs).start()
+        except BaseException:
+            backend.close()
+            raise
         started.append(server)
         return server
 

@@ -190,6 +190,9 @@ class FakeEmbeddingServer:
             provider = HttpEmbeddingProvider(server.url)
             server.fault = "503"          # every /embed now fails, until set back to None
 
+    It answers the seed-000 ``POST /embed``, OpenAI's ``POST /v1/embeddings`` and Ollama's
+    ``POST /api/embed`` (those two must name ``model``, else 404), all under the same fault
+    plan; ``details`` records each request's shape, model, first text and Authorization.
     Set ``fault`` (any time) to one of FAULTS, or to any 4xx/5xx code as a string; set
     ``poison`` to make batches holding that substring fail with 422; set ``fail_next`` to
     fail the next N calls with 503. Counters are thread-safe. For benchmarks or manual use:
