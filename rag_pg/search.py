@@ -174,11 +174,11 @@ class Searcher:
             "ef_search": str(min(MAX_EF_SEARCH, max(req.ef_search, params.get("vec_fetch", 0)))),
             "iterative_scan": req.iterative_scan,
             "max_scan_tuples": str(req.max_scan_tuples),
+            "enable_seqscan": "off" if req.mode in ("hybrid", "keyword") else "on",
         }
         with conn.pipeline():
             with conn.transaction():
-                if req.mode in ("hybrid", "vector"):
-                    conn.execute(self.q("search_settings"), settings)
+                conn.execute(self.q("search_settings"), settings)
                 cur = conn.execute(stmt, params)
             rows = cur.fetchall()
         return shape(rows, req, reranker=reranker)
