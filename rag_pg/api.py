@@ -82,7 +82,8 @@ class RagPG:
 
     def _checked(self, conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
         schema = self.settings.database.schema
-        row = conn.execute("SELECT to_regclass(%s)", (f'"{schema}".document',)).fetchone()
+        with conn.transaction():
+            row = conn.execute("SELECT to_regclass(%s)", (f'"{schema}".document',)).fetchone()
         if not row or row[0] is None:
             raise SchemaMissing(f"the {schema!r} schema is not initialised: run `ragpg init`")
         return prepare(conn)
@@ -141,8 +142,9 @@ class RagPG:
         mode = mode or self.settings.retrieval.mode
         use_rerank = self.settings.rerank.enabled if rerank is None else rerank
         with self.source.connection() as conn:
-            self._checked(conn)
-            bound = self.store.collection_model(conn, collection)
+            with conn.transaction():  # a savepoint: a failure here leaves a caller's transaction usable
+                self._checked(conn)
+                bound = self.store.collection_model(conn, collection)
             model, dimension = bound if bound else (None, None)
             if model is None:
                 if mode == "vector":
@@ -201,7 +203,7 @@ class RagPG:
     ) -> dict[str, Any] | None:
         """A document's row and its chunks in order (with provenance), or None."""
         collection = collection or self.settings.collection
-        with self.source.connection() as conn:
+        with self.source.connection() as conn, conn.transaction():
             self._checked(conn)
             if id is not None:
                 row = conn.execute(self.store.q("document_by_id"), {"id": id}).fetchone()
@@ -226,7 +228,7 @@ class RagPG:
 
     def stats(self, collection: str | None = None) -> dict[str, Any]:
         collection = collection or self.settings.collection
-        with self.source.connection() as conn:
+        with self.source.connection() as conn, conn.transaction():
             self._checked(conn)
             return self.store.stats(conn, collection)
 

@@ -155,15 +155,7 @@ def host_rows(db_url: str) -> list[str]:
         return [r[0] for r in conn.execute("SELECT body FROM host_note ORDER BY id").fetchall()]
 
 
-@pytest.mark.parametrize("locked", [
-    "chunk",
-    pytest.param("collection", marks=pytest.mark.xfail(
-        strict=True, raises=AssertionError,
-        reason="RagPG.search reads the collection's model outside a savepoint (api.py): an"
-               " error there aborts the host's transaction; wrap the pre-reads in"
-               " conn.transaction()",
-    )),
-])
+@pytest.mark.parametrize("locked", ["chunk", "collection"])
 def test_ragpg_error_inside_atomic_leaves_the_outer_transaction_usable(
     engine: ModuleType, db_url: str, corpus: Path, locked: str
 ) -> None:
