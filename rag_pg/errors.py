@@ -8,6 +8,9 @@ Tree::
     │     kind = "invalid_input"     the provider refused the input (HTTP 422): never retried
     │     kind = "unavailable"       transport error, timeout, any other non-200: retryable
     │     kind = "malformed"         wrong count, wrong dimension, NaN/Inf, not JSON
+    │   └── ProviderUnavailable      (embed.base) no provider of the chain could serve
+    ├── RerankError               (rerank) the rerank service failed                 (exit 3)
+    ├── LLMError                  (llm) the chat endpoint failed or is not configured
     ├── StoreError                the database failed or refused                     (exit 3)
     │   ├── ExtensionUnavailable     pgvector (or unaccent) cannot be created
     │   ├── DimensionMismatch        vectors do not match the collection's model/dimension

@@ -41,7 +41,7 @@ class Queries:
     def raw(self, name: str, **literals: object) -> sql.Composed:
         params: dict[str, sql.Composable] = {"schema": self._ident}
         params.update({k: sql.Literal(v) for k, v in literals.items()})
-        return sql.SQL(_raw()[name]).format(**params)  # type: ignore[arg-type]
+        return sql.SQL(_raw()[name]).format(**params)
 
     def config(self, language: str) -> str:
         """The schema-qualified text search configuration for ``language``."""
