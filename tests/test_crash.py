@@ -11,7 +11,7 @@ import time
 import psycopg
 import pytest
 
-from .conftest import new_database, drop_database, run_cli
+from .conftest import drop_database, new_database, run_cli
 from .invariants import dump, violations
 
 
