@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import time
-import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -19,13 +18,13 @@ from .config import Settings
 from .db import ConnectionSource
 from .embed.base import EmbeddingProvider
 from .embed.batching import embed_all
-from .errors import ConfigError, DocumentError, EmbeddingError, IngestBusy, RagError, StoreError
+from .errors import ConfigError, DocumentError, EmbeddingError, RagError, StoreError
+from .locks import collection_lock
 from .models import FailedDocument, IngestReport, SkippedFile
 from .parse import parse_document
 from .store import PreparedDocument, Store, fingerprint
 from .walk import WalkRules, walk
 
-LOCK_CLASS = 0x72677067 & 0x7FFFFFFF  # "rgpg": ragpg's advisory-lock namespace
 WRITE_GROUP_DOCUMENTS = 64  # documents per write transaction (each document stays atomic)
 
 ProgressFn = Callable[[str, dict[str, Any]], None]
@@ -36,9 +35,6 @@ class _Pending:
     items: list[PreparedDocument] = field(default_factory=list)
     chunks: int = 0
 
-
-def lock_key(schema: str, collection: str) -> int:
-    return zlib.crc32(f"{schema}\x00{collection}".encode()) & 0x7FFFFFFF
 
 
 class Ingestor:
@@ -300,49 +296,10 @@ class Ingestor:
         if dry_run:
             yield
             return
-        key = lock_key(self.settings.database.schema, collection)
-        holder_conn = conn
-        dedicated = None
-        if self.source.owns_connections and hasattr(self.source, "dedicated"):
-            dedicated = self.source.dedicated()
-            holder_conn = dedicated
-        try:
-            deadline = time.monotonic() + self.settings.database.lock_timeout
-            told = False
-            while True:
-                row = holder_conn.execute(
-                    "SELECT pg_try_advisory_lock(%s, %s)", (LOCK_CLASS, key)
-                ).fetchone()
-                if row and row[0]:
-                    break
-                holder = self._holder(holder_conn, key)
-                if time.monotonic() >= deadline:
-                    raise IngestBusy(
-                        f"another ingest of collection {collection!r} is running ({holder});"
-                        f" gave up after {self.settings.database.lock_timeout:g} s"
-                    )
-                if not told:
-                    self.warn(f"waiting for another ingest of collection {collection!r} ({holder})")
-                    told = True
-                time.sleep(0.2)
-            try:
-                yield
-            finally:
-                try:
-                    holder_conn.execute("SELECT pg_advisory_unlock(%s, %s)", (LOCK_CLASS, key))
-                except psycopg.Error:
-                    pass  # the lock goes with the connection
-        finally:
-            if dedicated is not None:
-                dedicated.close()
-
-    def _holder(self, conn: psycopg.Connection[Any], key: int) -> str:
-        row = conn.execute(
-            self.store.q("lock_holder"), {"classid": LOCK_CLASS, "objid": key}
-        ).fetchone()
-        if row is None:
-            return "holder unknown"
-        return f"pid {row[0]}, application {row[1] or '?'}, {row[2] or 'state unknown'}"
+        with collection_lock(conn, self.settings.database.schema, collection,
+                             timeout=self.settings.database.lock_timeout, source=self.source,
+                             warn=self.warn):
+            yield
 
 
 def _embedding_message(exc: EmbeddingError) -> str:
@@ -354,4 +311,4 @@ def _first_line(exc: BaseException) -> str:
     return lines[0] if lines else type(exc).__name__
 
 
-__all__ = ["DocumentError", "Ingestor", "RagError", "lock_key"]
+__all__ = ["DocumentError", "Ingestor", "RagError"]

@@ -32,8 +32,8 @@ from .config import Settings
 from .db import ConnectionSource, prepare
 from .embed import embed_all, make_provider, serving
 from .embed.base import EmbeddingProvider
-from .errors import ConfigError, EmbeddingError, IngestBusy, SchemaMissing
-from .ingest import LOCK_CLASS, lock_key
+from .errors import ConfigError, EmbeddingError, SchemaMissing
+from .locks import collection_lock
 from .models import Chunk
 from .store import Store
 
@@ -285,40 +285,10 @@ class Reembedder:
     @contextmanager
     def _lock(self, conn: psycopg.Connection[Any], collection: str) -> Iterator[None]:
         """The ingest's advisory lock on the collection: ingest and reembed exclude each other."""
-        key = lock_key(self.settings.database.schema, collection)
-        dedicated = None
-        holder = conn
-        if self.source.owns_connections and hasattr(self.source, "dedicated"):
-            dedicated = self.source.dedicated()
-            holder = dedicated
-        try:
-            deadline = time.monotonic() + self.settings.database.lock_timeout
-            told = False
-            while True:
-                row = holder.execute(
-                    "SELECT pg_try_advisory_lock(%s, %s)", (LOCK_CLASS, key)
-                ).fetchone()
-                if row and row[0]:
-                    break
-                if time.monotonic() >= deadline:
-                    raise IngestBusy(
-                        f"an ingest or re-embed of collection {collection!r} is running;"
-                        f" gave up after {self.settings.database.lock_timeout:g} s"
-                    )
-                if not told:
-                    self.warn(f"waiting for the ingest or re-embed of collection {collection!r}")
-                    told = True
-                time.sleep(0.2)
-            try:
-                yield
-            finally:
-                try:
-                    holder.execute("SELECT pg_advisory_unlock(%s, %s)", (LOCK_CLASS, key))
-                except psycopg.Error:
-                    pass  # the lock goes with the connection
-        finally:
-            if dedicated is not None:
-                dedicated.close()
+        with collection_lock(conn, self.settings.database.schema, collection,
+                             timeout=self.settings.database.lock_timeout, source=self.source,
+                             warn=self.warn, what="re-embed"):
+            yield
 
 
 def target_provider(

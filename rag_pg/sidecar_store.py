@@ -34,8 +34,8 @@ import psycopg
 from psycopg import sql
 
 from . import language
-from .errors import ConfigError, DimensionMismatch, IngestBusy, StoreError
-from .ingest import LOCK_CLASS, lock_key
+from .errors import ConfigError, DimensionMismatch, StoreError
+from .locks import collection_lock
 from .models import Chunk, Document, FailedDocument, IngestReport, SkippedFile
 from .parse import parse_document
 from .sidecar import (
@@ -228,25 +228,8 @@ def _chunks_for(document: Document, sidecar: Sidecar) -> list[Chunk]:
 @contextmanager
 def _locked(conn: psycopg.Connection[Any], schema: str, collection: str, timeout: float) -> Iterator[None]:
     """The ingest lock of the collection: an import and an ingest never interleave."""
-    key = lock_key(schema, collection)
-    deadline = time.monotonic() + timeout
-    while True:
-        row = conn.execute("SELECT pg_try_advisory_lock(%s, %s)", (LOCK_CLASS, key)).fetchone()
-        if row and row[0]:
-            break
-        if time.monotonic() >= deadline:
-            raise IngestBusy(
-                f"an ingest or import of collection {collection!r} is running;"
-                f" gave up after {timeout:g} s"
-            )
-        time.sleep(0.2)
-    try:
+    with collection_lock(conn, schema, collection, timeout=timeout, what="import"):
         yield
-    finally:
-        try:
-            conn.execute("SELECT pg_advisory_unlock(%s, %s)", (LOCK_CLASS, key))
-        except psycopg.Error:
-            pass  # the lock goes with the connection
 
 
 def _sidecar_files(root: Path) -> Iterator[str]:

@@ -94,7 +94,7 @@ def test_two_concurrent_ingests_never_duplicate(db_url, embed_server, tmp_path):
 
 def test_second_ingest_gives_up_clearly_when_the_lock_is_held(db_url, embed_server, tmp_path):
     corpus = big_corpus(tmp_path / "c", n=3)
-    from rag_pg.ingest import LOCK_CLASS, lock_key
+    from rag_pg.locks import LOCK_CLASS, lock_key
 
     with psycopg.connect(db_url, autocommit=True) as holder:
         holder.execute("SELECT pg_advisory_lock(%s, %s)", (LOCK_CLASS, lock_key("ragpg", "default")))

@@ -67,12 +67,6 @@ UPDATE {schema}.ingest_run SET
     errors = %(errors)s
 WHERE id = %(id)s;
 
--- name: lock_holder
-SELECT a.pid, a.application_name, a.state, a.backend_start
-FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-WHERE l.locktype = 'advisory' AND l.granted AND l.classid = %(classid)s AND l.objid = %(objid)s
-LIMIT 1;
-
 -- name: stats_totals
 SELECT
     (SELECT count(*) FROM {schema}.document WHERE collection = %(collection)s) AS documents,

@@ -1,0 +1,86 @@
+"""The collection's advisory lock: ingest, import and re-embed of one collection never interleave."""
+
+from __future__ import annotations
+
+import time
+import zlib
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import psycopg
+
+from .errors import IngestBusy
+
+LOCK_CLASS = 0x72677067 & 0x7FFFFFFF  # "rgpg": ragpg's advisory-lock namespace
+
+_HOLDER = """
+SELECT a.pid, a.application_name, a.state
+FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+WHERE l.locktype = 'advisory' AND l.granted AND l.classid = %s AND l.objid = %s
+LIMIT 1
+"""
+
+
+def lock_key(schema: str, collection: str) -> int:
+    return zlib.crc32(f"{schema}\x00{collection}".encode()) & 0x7FFFFFFF
+
+
+def holder(conn: psycopg.Connection[Any], key: int) -> str:
+    """Who holds the lock, so a waiting user knows whom to ask (or what to kill)."""
+    row = conn.execute(_HOLDER, (LOCK_CLASS, key)).fetchone()
+    if row is None:
+        return "holder unknown"
+    return f"pid {row[0]}, application {row[1] or '?'}, {row[2] or 'state unknown'}"
+
+
+@contextmanager
+def collection_lock(
+    conn: psycopg.Connection[Any],
+    schema: str,
+    collection: str,
+    *,
+    timeout: float,
+    source: Any = None,
+    warn: Callable[[str], None] | None = None,
+    what: str = "ingest",
+) -> Iterator[None]:
+    """Hold the collection's session advisory lock; wait up to ``timeout`` s, then fail.
+
+    With a source that owns its connections, the lock lives on a dedicated connection, so the
+    pool's connections stay free and a killed process releases it with its socket. On a
+    caller's connection it is taken there and released explicitly (it survives a rollback).
+    """
+    key = lock_key(schema, collection)
+    dedicated = None
+    lock_conn = conn
+    if source is not None and getattr(source, "owns_connections", False) and hasattr(source, "dedicated"):
+        dedicated = source.dedicated()
+        lock_conn = dedicated
+    try:
+        deadline = time.monotonic() + timeout
+        told = False
+        while True:
+            row = lock_conn.execute("SELECT pg_try_advisory_lock(%s, %s)", (LOCK_CLASS, key)).fetchone()
+            if row and row[0]:
+                break
+            who = holder(lock_conn, key)
+            if time.monotonic() >= deadline:
+                raise IngestBusy(
+                    f"another ingest of collection {collection!r} is running ({who});"
+                    f" the {what} gave up after {timeout:g} s"
+                )
+            if not told and warn is not None:
+                warn(f"waiting for another ingest of collection {collection!r} ({who})")
+                told = True
+            time.sleep(0.2)
+        try:
+            yield
+        finally:
+            try:
+                lock_conn.execute("SELECT pg_advisory_unlock(%s, %s)", (LOCK_CLASS, key))
+            except psycopg.Error:
+                pass  # the lock goes with the connection
+    finally:
+        if dedicated is not None:
+            dedicated.close()
