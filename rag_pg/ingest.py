@@ -84,15 +84,19 @@ class Ingestor:
             max_file_bytes=self.settings.source.max_file_bytes,
         )
         with self.source.connection() as conn, self._lock(conn, collection, dry_run):
+            states = self.store.document_states(conn, collection)
+            # First bulk load of an empty collection: build the HNSW index once at the end
+            # (in memory, in bulk) rather than maintaining it on every insert.
+            defer_index = (not dry_run and not states and model is not None and dimension is not None
+                           and not self.store.vector_index_exists(conn, model))
             if not dry_run:
-                self.store.bind_model(conn, collection, model, dimension)
+                self.store.bind_model(conn, collection, model, dimension, create_index=not defer_index)
             else:
                 current = self.store.collection_model(conn, collection)
                 if current and current[0] and current[0] != model:
                     report.warnings.append(
                         f"collection is indexed with {current[0]!r}; configured model is {model!r}"
                     )
-            states = self.store.document_states(conn, collection)
             if not dry_run:
                 report.run_id = self.store.start_run(
                     conn, source_root=root_key, collection=collection,
@@ -114,6 +118,11 @@ class Ingestor:
                     hierarchy.record_missing_parents(conn, self.store.schema, collection, report, seen)
                 status = "partial" if report.failures else "completed"
             finally:
+                if defer_index and model is not None and dimension is not None:
+                    try:
+                        self.store.ensure_vector_index(conn, model, dimension)
+                    except psycopg.Error:
+                        pass  # the next run creates it (IF NOT EXISTS); search is exact meanwhile
                 report.duration_seconds = time.monotonic() - started
                 if report.run_id is not None:
                     try:

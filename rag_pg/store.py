@@ -74,7 +74,8 @@ class Store:
     # -- collection / model ------------------------------------------------------------
 
     def bind_model(
-        self, conn: psycopg.Connection[Any], collection: str, model: str | None, dimension: int | None
+        self, conn: psycopg.Connection[Any], collection: str, model: str | None, dimension: int | None,
+        *, create_index: bool = True,
     ) -> None:
         """Record the collection's model, or refuse when it is indexed with another one."""
         current = self.collection_model(conn, collection)
@@ -99,8 +100,14 @@ class Store:
                     self.q("collection_upsert"),
                     {"collection": collection, "model": model, "dimension": dimension},
                 )
-        if model is not None and dimension is not None:
+        if create_index and model is not None and dimension is not None:
             self.ensure_vector_index(conn, model, dimension)
+
+    def vector_index_exists(self, conn: psycopg.Connection[Any], model: str) -> bool:
+        row = conn.execute(
+            "SELECT to_regclass(%s) IS NOT NULL", (f'"{self.schema}".{vector_index_name(model)}',)
+        ).fetchone()
+        return bool(row and row[0])
 
     def ensure_vector_index(self, conn: psycopg.Connection[Any], model: str, dimension: int) -> None:
         """A partial HNSW index per model on the typed cast of the untyped column."""

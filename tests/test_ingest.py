@@ -257,3 +257,23 @@ def test_report_json_has_the_contract_fields(db_url, embed_server, corpus):
         assert key in data
     json.dumps(data)
     assert Path(data["source_root"]) == corpus.resolve()
+
+
+def test_the_vector_index_is_built_after_the_first_bulk_load(db_url, embed_server, corpus):
+    from rag_pg.store import vector_index_name
+
+    name = vector_index_name("fake-bow-64")
+    with make_rag(db_url, embed_server) as rag:
+        rag.ingest(corpus, dry_run=True)
+        with psycopg.connect(db_url) as conn:
+            assert conn.execute("SELECT to_regclass(%s)", (f"ragpg.{name}",)).fetchone() == (None,)
+        rag.ingest(corpus)
+    with psycopg.connect(db_url) as conn:
+        row = conn.execute("SELECT indexdef FROM pg_indexes WHERE indexname = %s", (name,)).fetchone()
+        assert row is not None and "hnsw" in row[0] and "vector(64)" in row[0]
+        conn.execute("SET enable_seqscan = off")
+        plan = "\n".join(r[0] for r in conn.execute(
+            "EXPLAIN SELECT chunk_id FROM ragpg.chunk_vector WHERE model = 'fake-bow-64'"
+            " ORDER BY embedding::vector(64) <=> (SELECT embedding FROM ragpg.chunk_vector LIMIT 1)::vector(64)"
+            " LIMIT 5"))
+    assert name in plan
