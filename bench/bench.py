@@ -152,12 +152,12 @@ class Services:
     def embed_cpu(self) -> float:
         return proc_cpu(self.embed.pid)
 
-    def psql(self, sql: str, database: str) -> str:
-        """Run statements (autocommit); the first column of the last result, '|'-joined rows."""
+    def psql(self, sql: str, database: str, params: Any = None) -> str:
+        """Run one statement (autocommit); its rows, '|'-joined, one per line."""
         import psycopg
 
         with psycopg.connect(self.pg.get_uri(database=database), autocommit=True) as conn:
-            cur = conn.execute(sql)
+            cur = conn.execute(sql, params)
             if cur.description is None:
                 return ""
             return "\n".join("|".join(str(v) for v in row) for row in cur.fetchall())
@@ -352,8 +352,8 @@ def run_default(a: argparse.Namespace, services: Services, workdir: Path) -> lis
     rec = ingest_step(services, db, corpus, "changed_1pct", a)
     rec["files_changed"] = len(changed)
     rec["expected_chunks"] = int(services.psql(
-        "SELECT coalesce(sum(chunk_count), 0) FROM ragpg.document WHERE path = ANY(ARRAY["
-        + ",".join("'" + p.replace("'", "''") + "'" for p in changed) + "]::text[]);", "bench").strip())
+        "SELECT coalesce(sum(chunk_count), 0) FROM ragpg.document WHERE path = ANY(%s)", "bench",
+        (changed,)).strip())
     recs.append(rec)
     q = measured(services, ["_query", "--db", db, "--embed-url", services.embed_url, "--queries",
                             str(queries), "--k", str(a.k), "--candidates", str(a.candidates),

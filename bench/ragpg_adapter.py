@@ -132,6 +132,8 @@ def open_rag(a: Any, settings: Any) -> tuple[Any, CountingProvider]:
 
 
 def cmd_ingest(a: Any) -> None:
+    from psycopg import sql
+
     import rag_pg.api  # noqa: F401  - imports are not part of wall_s (the contract); proc_wall_s has them
     import rag_pg.embed  # noqa: F401
 
@@ -154,24 +156,26 @@ def cmd_ingest(a: Any) -> None:
         breakdown["ingest_s"] = round(time.perf_counter() - t0, 3)
         breakdown["embed_client_s"] = round(provider.seconds, 3)
         wall = time.perf_counter() - t_start
-        schema = settings.database.schema
+        schema = sql.Identifier(settings.database.schema)
+        chunk_table = f'"{settings.database.schema}".chunk'
+        vector_table = f'"{settings.database.schema}".chunk_vector'
         with rag.source.connection() as conn:
             rows_after, vectors_after, sizes = conn.execute(
-                f'SELECT (SELECT count(*) FROM "{schema}".chunk),'
-                f' (SELECT count(*) FROM "{schema}".chunk_vector),'
-                f" (SELECT pg_total_relation_size('\"{schema}\".chunk')"
-                f"   + pg_total_relation_size('\"{schema}\".chunk_vector'))"
+                sql.SQL("SELECT (SELECT count(*) FROM {s}.chunk), (SELECT count(*) FROM {s}.chunk_vector),"
+                        " pg_total_relation_size(%s::regclass) + pg_total_relation_size(%s::regclass)"
+                        ).format(s=schema),
+                (chunk_table, vector_table),
             ).fetchone()
             indexed = report.added + report.changed
             changed_docs_chunks = conn.execute(
-                f'SELECT coalesce(sum(chunk_count), 0) FROM "{schema}".document'
-                " WHERE collection = %s AND path = ANY(%s)",
+                sql.SQL("SELECT coalesce(sum(chunk_count), 0) FROM {s}.document"
+                        " WHERE collection = %s AND path = ANY(%s)").format(s=schema),
                 (report.collection, indexed),
             ).fetchone()[0]
             indexes = dict(conn.execute(
                 "SELECT indexrelid::regclass::text, pg_relation_size(indexrelid)"
                 " FROM pg_index WHERE indrelid = %s::regclass",
-                (f'"{schema}".chunk_vector',),
+                (vector_table,),
             ).fetchall())
     written = report.chunks_upserted
     res.emit(

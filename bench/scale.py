@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from psycopg import sql
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
@@ -54,6 +55,11 @@ WORDS_PER_CHUNK = 20
 VOCAB = 50_000
 COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + (0).to_bytes(4, "big") + (0).to_bytes(4, "big")
 COPY_TRAILER = (-1).to_bytes(2, "big", signed=True)
+
+
+def Q(text: str, schema: str, **parts: sql.Composable) -> sql.Composed:  # noqa: N802
+    """A statement with the schema (``{s}``) and other parts bound as identifiers/literals."""
+    return sql.SQL(text).format(s=sql.Identifier(schema), **parts)
 
 
 # --------------------------------------------------------------------------------------------
@@ -96,18 +102,18 @@ def load(conn: Any, a: argparse.Namespace, schema: str) -> tuple[np.ndarray, np.
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     with conn.transaction(), conn.cursor() as cur:
-        cur.execute(f'INSERT INTO "{schema}".collection (name, model, dimension) VALUES (%s, %s, %s)',
+        cur.execute(Q("INSERT INTO {s}.collection (name, model, dimension) VALUES (%s, %s, %s)", schema),
                     (COLLECTION, MODEL, a.dim))
-        with cur.copy(f'COPY "{schema}".document (collection, path, title, content_hash, fingerprint,'
-                      " language, chunk_count, token_count) FROM STDIN") as cp:
+        with cur.copy(Q("COPY {s}.document (collection, path, title, content_hash, fingerprint,"
+                        " language, chunk_count, token_count) FROM STDIN", schema)) as cp:
             for d in range(docs):
                 count = min(per_doc, n - d * per_doc)
                 cp.write_row((COLLECTION, f"p{d % 100:02d}/d{d:07d}.md", f"Document {d}", f"{d:064x}",
                               f"chunk=300/45;model={MODEL};v1", "simple", count,
                               count * int(WORDS_PER_CHUNK * 1.33)))
         doc_ids = np.array([r[0] for r in cur.execute(
-            f'SELECT id FROM "{schema}".document WHERE collection = %s'
-            " ORDER BY substr(path, 6, 7)::int", (COLLECTION,))], dtype=np.int64)
+            Q("SELECT id FROM {s}.document WHERE collection = %s ORDER BY substr(path, 6, 7)::int",
+              schema), (COLLECTION,))], dtype=np.int64)
     timings["documents_s"] = round(time.perf_counter() - t0, 2)
 
     t0 = time.perf_counter()
@@ -116,26 +122,26 @@ def load(conn: Any, a: argparse.Namespace, schema: str) -> tuple[np.ndarray, np.
     config = f'"{schema}".simple'
     step = 50_000
     with conn.transaction(), conn.cursor() as cur:
-        with cur.copy(f'COPY "{schema}".chunk (id, document_id, position, section, anchor, content,'
-                      " token_count, content_hash, ts_config) FROM STDIN") as cp:
+        with cur.copy(Q("COPY {s}.chunk (id, document_id, position, section, anchor, content,"
+                        " token_count, content_hash, ts_config) FROM STDIN", schema)) as cp:
             for lo in range(0, n, step):
                 hi = min(n, lo + step)
                 drawn = rng.choice(VOCAB, size=(hi - lo, WORDS_PER_CHUNK), p=probs)
                 lines = []
-                for i, row in zip(range(lo, hi), drawn):
+                for i, row in zip(range(lo, hi), drawn, strict=True):
                     text = " ".join(words[w] for w in row)
                     lines.append(f"{i + 1}\t{doc_ids[i // per_doc]}\t{i % per_doc}\tSection\tsection\t"
                                  f"{text}\t{int(WORDS_PER_CHUNK * 1.33)}\t{i:064x}\t{config}\n")
                 cp.write("".join(lines).encode())
-        cur.execute(f"SELECT setval(pg_get_serial_sequence('\"{schema}\".chunk', 'id'), %s)", (n,))
+        cur.execute("SELECT setval(pg_get_serial_sequence(%s, 'id'), %s)", (f'"{schema}".chunk', n))
     timings["chunks_copy_s"] = round(time.perf_counter() - t0, 2)
 
     t0 = time.perf_counter()
     x = np.empty((n, a.dim), dtype=np.float32)
     gen = 0.0
     with conn.transaction(), conn.cursor() as cur:
-        with cur.copy(f'COPY "{schema}".chunk_vector (chunk_id, model, embedding) FROM STDIN'
-                      " (FORMAT BINARY)") as cp:
+        with cur.copy(Q("COPY {s}.chunk_vector (chunk_id, model, embedding) FROM STDIN (FORMAT BINARY)",
+                        schema)) as cp:
             cp.write(COPY_HEADER)
             for lo in range(0, n, step):
                 g0 = time.perf_counter()
@@ -149,7 +155,7 @@ def load(conn: Any, a: argparse.Namespace, schema: str) -> tuple[np.ndarray, np.
     timings["vectors_generate_s"] = round(gen, 2)
     t0 = time.perf_counter()
     for table in ("document", "chunk", "chunk_vector"):
-        conn.execute(f'ANALYZE "{schema}".{table}')
+        conn.execute(Q("ANALYZE {s}.{t}", schema, t=sql.Identifier(table)))
     timings["analyze_s"] = round(time.perf_counter() - t0, 2)
     return x, in_filter, timings
 
@@ -199,7 +205,7 @@ def measure(label: str, fn: Any, queries: list[Any], truth: list[set[int]] | Non
 
 def run_queries(conn: Any, a: argparse.Namespace, schema: str, x: np.ndarray,
                 in_filter: np.ndarray) -> list[dict[str, Any]]:
-    from rag_pg.search import SearchRequest, Searcher
+    from rag_pg.search import Searcher, SearchRequest
 
     searcher = Searcher(schema)
     qrng = np.random.default_rng(a.seed + 1)
@@ -208,14 +214,15 @@ def run_queries(conn: Any, a: argparse.Namespace, schema: str, x: np.ndarray,
     texts = [keyword_text(qrng, words) for _ in range(a.queries)]
     items = list(range(a.queries))
     recs: list[dict[str, Any]] = []
-    raw_sql = (f'SELECT chunk_id FROM "{schema}".chunk_vector WHERE model = %(model)s'
-               f" ORDER BY embedding::vector({a.dim}) <=> %(q)s::vector({a.dim}) LIMIT 10")
-    raw_filtered = (f'SELECT cv.chunk_id FROM "{schema}".chunk_vector cv'
-                    f' JOIN "{schema}".chunk c ON c.id = cv.chunk_id'
-                    f' JOIN "{schema}".document d ON d.id = c.document_id'
-                    " WHERE cv.model = %(model)s AND d.collection = %(collection)s"
-                    " AND starts_with(d.path, 'p00/')"
-                    f" ORDER BY cv.embedding::vector({a.dim}) <=> %(q)s::vector({a.dim}) LIMIT 10")
+    dim = sql.Literal(a.dim)
+    raw_sql = Q("SELECT chunk_id FROM {s}.chunk_vector WHERE model = %(model)s"
+                " ORDER BY embedding::vector({dim}) <=> %(q)s::vector({dim}) LIMIT 10", schema, dim=dim)
+    raw_filtered = Q("SELECT cv.chunk_id FROM {s}.chunk_vector cv"
+                     " JOIN {s}.chunk c ON c.id = cv.chunk_id JOIN {s}.document d ON d.id = c.document_id"
+                     " WHERE cv.model = %(model)s AND d.collection = %(collection)s"
+                     " AND starts_with(d.path, 'p00/')"
+                     " ORDER BY cv.embedding::vector({dim}) <=> %(q)s::vector({dim}) LIMIT 10",
+                     schema, dim=dim)
 
     def request(i: int, mode: str, ef: int, prefix: str | None, exact: bool = False) -> Any:
         return SearchRequest(collection=COLLECTION, k=10, mode=mode, query_text=texts[i],
@@ -240,11 +247,11 @@ def run_queries(conn: Any, a: argparse.Namespace, schema: str, x: np.ndarray,
                      "p95_ms": round(pct(exact_lat, 95), 3), "total_s": round(time.perf_counter() - t0, 1)})
         for ef in a.ef_search:
             conn.execute(f"SET hnsw.ef_search = {int(ef)}")
-            sql = raw_sql if prefix is None else raw_filtered
+            stmt = raw_sql if prefix is None else raw_filtered
             if prefix is not None:
                 conn.execute("SET hnsw.iterative_scan = relaxed_order")
-            raw = measure(f"raw pgvector ef={ef} filter={filt}", lambda i, sql=sql: [
-                r[0] for r in conn.execute(sql, {"model": MODEL, "q": qv[i], "collection": COLLECTION})],
+            raw = measure(f"raw pgvector ef={ef} filter={filt}", lambda i, stmt=stmt: [
+                r[0] for r in conn.execute(stmt, {"model": MODEL, "q": qv[i], "collection": COLLECTION})],
                 items, truth)
             conn.execute("RESET hnsw.iterative_scan")
             vec = measure(f"ragpg vector ef={ef} filter={filt}", ragpg("vector", ef, prefix), items, truth)
@@ -255,15 +262,12 @@ def run_queries(conn: Any, a: argparse.Namespace, schema: str, x: np.ndarray,
                 recs.append(row)
             vec["ratio_to_raw_p50"] = round(vec["p50_ms"] / raw["p50_ms"], 2)
     # Where ragpg's time goes against raw pgvector: the plans of one unfiltered query each.
-    from psycopg import sql as psql
-
     conn.execute(f"SET hnsw.ef_search = {int(a.ef_search[0])}")
     req = request(0, "vector", a.ef_search[0], None)
-    stmt = psql.SQL("EXPLAIN (ANALYZE, BUFFERS) ") + searcher.statement(req)
+    explain = sql.SQL("EXPLAIN (ANALYZE, BUFFERS) ")
     plans = {
-        "ragpg_vector": [r[0] for r in conn.execute(stmt, searcher.params(req))],
-        "raw_pgvector": [r[0] for r in conn.execute(psql.SQL("EXPLAIN (ANALYZE, BUFFERS) " + raw_sql),
-                                                    {"model": MODEL, "q": qv[0]})],
+        "ragpg_vector": [r[0] for r in conn.execute(explain + searcher.statement(req), searcher.params(req))],
+        "raw_pgvector": [r[0] for r in conn.execute(explain + raw_sql, {"model": MODEL, "q": qv[0]})],
     }
     recs.append({"phase": "scale_explain", **plans})
     return recs
@@ -380,7 +384,7 @@ def main(argv: list[str] | None = None) -> int:
             t0 = time.perf_counter()
             Store(a.schema).ensure_vector_index(conn, MODEL, a.dim)
             build = time.perf_counter() - t0
-            conn.execute(f'ANALYZE "{a.schema}".chunk_vector')
+            conn.execute(Q("ANALYZE {s}.chunk_vector", a.schema))
             index = vector_index_name(MODEL)
             sizes = conn.execute("SELECT pg_relation_size(%s::regclass), pg_relation_size(%s::regclass)",
                                  (f'"{a.schema}"."{index}"', f'"{a.schema}".chunk_vector')).fetchone()
