@@ -19,9 +19,9 @@ passed through the configuration when this ragpg version has such a setting, els
 own (recorded in every query line as ``ef_search``). What ragpg does differently, on purpose:
 its own chunker (sections, then paragraphs packed to 300 estimated tokens with overlap), the
 ``title › section`` context prefixed to each embedded text, per-document language detection
-with accent-folding French/English/simple text search configurations (the keyword leg ORs the
-three), and the HNSW index created before the first load (with pgvector's default
-``m=16, ef_construction=64``).
+with accent-folding French/English/simple text search configurations and BM25 (the keyword
+leg matches each chunk in its own configuration), and the HNSW index (pgvector's default
+``m=16, ef_construction=64``) built after the first load of an empty collection.
 
 The harness's ``common.py`` is imported from the harness folder itself (never copied): the
 folder of the driver that started this process, else ``$RAGBENCH_DIR``, else
@@ -191,7 +191,8 @@ def cmd_ingest(a: Any) -> None:
         config={"chunk": f"{settings.chunk.size}/{settings.chunk.overlap} tokens",
                 "embed_batch": settings.embedding.batch_size, "embed_api": "native /embed, JSON floats",
                 "ts_config": "per document: ragpg.french|english|simple (unaccent)",
-                "hnsw": "m=16,ef_construction=64 (pgvector defaults), created before the load"},
+                "hnsw": "m=16,ef_construction=64 (pgvector defaults); built after the first load of"
+                        " an empty collection, maintained per row afterwards"},
     )
 
 
