@@ -193,6 +193,7 @@ class CountingProvider:
         self.calls = self.texts = 0
         self.seconds = 0.0
         self.latencies: list[float] = []
+        self.lock = threading.Lock()
 
     @property
     def model(self) -> str | None:
@@ -207,11 +208,12 @@ class CountingProvider:
         try:
             return self.inner.embed(type, texts)
         finally:
-            dt = time.perf_counter() - t0
-            self.seconds += dt
-            self.latencies.append(dt)
-            self.calls += -(-len(texts) // self.batch)
-            self.texts += len(texts)
+            with self.lock:  # ragpg may embed from several threads (embedding.concurrency)
+                dt = time.perf_counter() - t0
+                self.seconds += dt
+                self.latencies.append(dt)
+                self.calls += -(-len(texts) // self.batch)
+                self.texts += len(texts)
 
     def health(self) -> dict[str, Any]:
         return self.inner.health()  # type: ignore[no-any-return]

@@ -33,6 +33,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -75,6 +76,7 @@ class CountingProvider:
         self.texts = 0
         self.calls = 0
         self.seconds = 0.0
+        self.lock = threading.Lock()
 
     @property
     def model(self) -> str | None:
@@ -89,9 +91,10 @@ class CountingProvider:
         try:
             return self.inner.embed(type, texts)
         finally:
-            self.seconds += time.perf_counter() - t0
-            self.calls += -(-len(texts) // self.batch)
-            self.texts += len(texts)
+            with self.lock:  # ragpg may embed from several threads (embedding.concurrency)
+                self.seconds += time.perf_counter() - t0
+                self.calls += -(-len(texts) // self.batch)
+                self.texts += len(texts)
 
     def health(self) -> dict[str, Any]:
         return self.inner.health()  # type: ignore[no-any-return]
@@ -190,6 +193,8 @@ def cmd_ingest(a: Any) -> None:
         **provider.counters(), breakdown=breakdown,
         config={"chunk": f"{settings.chunk.size}/{settings.chunk.overlap} tokens",
                 "embed_batch": settings.embedding.batch_size, "embed_api": "native /embed, JSON floats",
+                "embed_concurrency": getattr(settings.embedding, "concurrency", 1),
+                "embed_client_s": "sum of the requests' durations (several may be in flight)",
                 "ts_config": "per document: ragpg.french|english|simple (unaccent)",
                 "hnsw": "m=16,ef_construction=64 (pgvector defaults); built after the first load of"
                         " an empty collection, maintained per row afterwards"},
