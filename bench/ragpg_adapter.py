@@ -69,14 +69,21 @@ import common  # type: ignore[import-not-found]  # noqa: E402
 class CountingProvider:
     """Wraps ragpg's provider to count what goes to the embedding server (as EmbedClient does)."""
 
-    def __init__(self, inner: Any, batch: int):
-        self.inner = inner
-        self.kind = inner.kind
+    def __init__(self, make: Any, kind: str, batch: int):
+        self._make = make  # built on first use, as RagPG builds its own provider: a run that
+        self._inner: Any = None  # embeds nothing (no-change) never loads the HTTP client
+        self.kind = kind
         self.batch = batch
         self.texts = 0
         self.calls = 0
         self.seconds = 0.0
         self.lock = threading.Lock()
+
+    @property
+    def inner(self) -> Any:
+        if self._inner is None:
+            self._inner = self._make()
+        return self._inner
 
     @property
     def model(self) -> str | None:
@@ -100,7 +107,8 @@ class CountingProvider:
         return self.inner.health()  # type: ignore[no-any-return]
 
     def close(self) -> None:
-        self.inner.close()
+        if self._inner is not None:
+            self._inner.close()
 
     def counters(self) -> dict[str, Any]:
         return {"embed_texts": self.texts, "embed_calls": self.calls,
@@ -128,7 +136,8 @@ def open_rag(a: Any, settings: Any) -> tuple[Any, CountingProvider]:
     from rag_pg.api import RagPG
     from rag_pg.embed import make_provider
 
-    provider = CountingProvider(make_provider(settings.embedding), settings.embedding.batch_size)
+    provider = CountingProvider(lambda: make_provider(settings.embedding), "http",
+                                settings.embedding.batch_size)
     rag = RagPG(settings.database.url, settings, provider=provider,
                 warn=lambda m: print(f"ragpg: {m}", file=sys.stderr))
     return rag, provider
@@ -192,7 +201,7 @@ def cmd_ingest(a: Any) -> None:
         index_bytes={k.split(".")[-1]: v for k, v in indexes.items()},
         **provider.counters(), breakdown=breakdown,
         config={"chunk": f"{settings.chunk.size}/{settings.chunk.overlap} tokens",
-                "embed_batch": settings.embedding.batch_size, "embed_api": "native /embed, JSON floats",
+                "embed_batch": settings.embedding.batch_size, "embed_api": "native /embed, base64 float32",
                 "embed_concurrency": getattr(settings.embedding, "concurrency", 1),
                 "embed_client_s": "sum of the requests' durations (several may be in flight)",
                 "ts_config": "per document: ragpg.french|english|simple (unaccent)",

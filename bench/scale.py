@@ -81,14 +81,16 @@ def vocabulary() -> tuple[list[str], np.ndarray]:
     return words, p / p.sum()
 
 
-def vector_rows(ids: np.ndarray, x: np.ndarray, model: str) -> bytes:
-    """Binary COPY rows (chunk_id int8, model text, embedding vector) for chunk_vector."""
-    mb = model.encode()
+def vector_rows(ids: np.ndarray, x: np.ndarray, model: str, collection: str) -> bytes:
+    """Binary COPY rows (chunk_id int8, collection text, model text, embedding vector)."""
+    mb, cb = model.encode(), collection.encode()
     dim = x.shape[1]
-    dt = np.dtype([("nf", ">i2"), ("l1", ">i4"), ("id", ">i8"), ("l2", ">i4"), ("model", f"S{len(mb)}"),
+    dt = np.dtype([("nf", ">i2"), ("l1", ">i4"), ("id", ">i8"), ("lc", ">i4"), ("coll", f"S{len(cb)}"),
+                   ("l2", ">i4"), ("model", f"S{len(mb)}"),
                    ("l3", ">i4"), ("dim", ">i2"), ("unused", ">i2"), ("v", ">f4", (dim,))])
     rows = np.empty(len(ids), dtype=dt)
-    rows["nf"], rows["l1"], rows["id"], rows["l2"], rows["model"] = 3, 8, ids, len(mb), mb
+    rows["nf"], rows["l1"], rows["id"], rows["lc"], rows["coll"] = 4, 8, ids, len(cb), cb
+    rows["l2"], rows["model"] = len(mb), mb
     rows["l3"], rows["dim"], rows["unused"], rows["v"] = 4 + 4 * dim, dim, 0, x
     return rows.tobytes()
 
@@ -122,7 +124,7 @@ def load(conn: Any, a: argparse.Namespace, schema: str) -> tuple[np.ndarray, np.
     config = f'"{schema}".simple'
     step = 50_000
     with conn.transaction(), conn.cursor() as cur:
-        with cur.copy(Q("COPY {s}.chunk (id, document_id, position, section, anchor, content,"
+        with cur.copy(Q("COPY {s}.chunk (id, document_id, collection, position, section, anchor, content,"
                         " token_count, content_hash, ts_config) FROM STDIN", schema)) as cp:
             for lo in range(0, n, step):
                 hi = min(n, lo + step)
@@ -130,7 +132,7 @@ def load(conn: Any, a: argparse.Namespace, schema: str) -> tuple[np.ndarray, np.
                 lines = []
                 for i, row in zip(range(lo, hi), drawn, strict=True):
                     text = " ".join(words[w] for w in row)
-                    lines.append(f"{i + 1}\t{doc_ids[i // per_doc]}\t{i % per_doc}\tSection\tsection\t"
+                    lines.append(f"{i + 1}\t{doc_ids[i // per_doc]}\t{COLLECTION}\t{i % per_doc}\tSection\tsection\t"
                                  f"{text}\t{int(WORDS_PER_CHUNK * 1.33)}\t{i:064x}\t{config}\n")
                 cp.write("".join(lines).encode())
         cur.execute("SELECT setval(pg_get_serial_sequence(%s, 'id'), %s)", (f'"{schema}".chunk', n))
@@ -140,14 +142,14 @@ def load(conn: Any, a: argparse.Namespace, schema: str) -> tuple[np.ndarray, np.
     x = np.empty((n, a.dim), dtype=np.float32)
     gen = 0.0
     with conn.transaction(), conn.cursor() as cur:
-        with cur.copy(Q("COPY {s}.chunk_vector (chunk_id, model, embedding) FROM STDIN (FORMAT BINARY)",
+        with cur.copy(Q("COPY {s}.chunk_vector (chunk_id, collection, model, embedding) FROM STDIN (FORMAT BINARY)",
                         schema)) as cp:
             cp.write(COPY_HEADER)
             for lo in range(0, n, step):
                 g0 = time.perf_counter()
                 hi = min(n, lo + step)
                 x[lo:hi] = lowrank(rng, hi - lo, a.dim)
-                data = vector_rows(np.arange(lo + 1, hi + 1, dtype=np.int64), x[lo:hi], MODEL)
+                data = vector_rows(np.arange(lo + 1, hi + 1, dtype=np.int64), x[lo:hi], MODEL, COLLECTION)
                 gen += time.perf_counter() - g0
                 cp.write(data)
             cp.write(COPY_TRAILER)
@@ -225,13 +227,21 @@ def run_queries(conn: Any, a: argparse.Namespace, schema: str, x: np.ndarray,
                      schema, dim=dim)
 
     def request(i: int, mode: str, ef: int, prefix: str | None, exact: bool = False) -> Any:
+        # As RagPG.search builds it: a whole-collection search knows the collection is large
+        # (exact=False, or True for the ground truth); a filtered one lets the statement decide
+        # (exact=None, or a huge exact_limit for the ground truth); a vector-only search of the
+        # whole collection fetches k rows, a hybrid one `candidates` per leg.
+        whole = prefix is None
         return SearchRequest(collection=COLLECTION, k=10, mode=mode, query_text=texts[i],
-                             query_vector=qv[i], model=MODEL, dimension=a.dim, candidates=20,
+                             query_vector=qv[i], model=MODEL, dimension=a.dim,
+                             candidates=10 if whole and mode == "vector" else 20,
                              path_prefix=prefix, ef_search=ef,
+                             exact=exact if whole else None,
                              exact_limit=2**30 if exact else 5000)
 
     def ragpg(mode: str, ef: int, prefix: str | None, exact: bool = False) -> Any:
-        return lambda i: [h.chunk_id for h in searcher.run(conn, request(i, mode, ef, prefix, exact))]
+        return lambda i: [h.chunk_id for h in searcher.run(conn, request(i, mode, ef, prefix, exact),
+                                                           own_session=True)]
 
     for filt, prefix, mask in (("none", None, None), ("1%", "p00", in_filter)):
         # Latencies first, ground truth after: the exact scans would evict the index from
@@ -325,7 +335,8 @@ def render(recs: list[dict[str, Any]], command: str) -> str:
         f" (rank 32 + noise); loaded by COPY: documents {env['documents_s']} s, chunks (tsvector + GIN)"
         f" {env['chunks_copy_s']} s, vectors (binary) {env['vectors_copy_s']} s"
         f" ({env['chunks'] / max(env['vectors_copy_s'], 1e-9):,.0f} rows/s).", "",
-        f"HNSW build (ragpg's `{env['index']}`, m=16, ef_construction=64,"
+        f"HNSW build (ragpg's `{env['index']}`, {env.get('vector_type', 'vector')},"
+        f" m={env.get('m', 16)}, ef_construction={env.get('ef_construction', 64)},"
         f" maintenance_work_mem {env['maintenance_work_mem']}, {env['workers']} parallel worker(s)):"
         f" **{env['build_s']:.1f} s** ({env['build_rate']:,.0f} vectors/s), index"
         f" {env['index_bytes'] / 2**20:,.0f} MiB; vector table {env['table_bytes'] / 2**20:,.0f} MiB.", "",
@@ -355,6 +366,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--db", help="a database URL (default: a private embedded PostgreSQL)")
     ap.add_argument("--schema", default="ragpg")
     ap.add_argument("--maintenance-work-mem", default="2GB")
+    ap.add_argument("--m", type=int, default=16, help="index.hnsw_m")
+    ap.add_argument("--ef-construction", type=int, default=64, help="index.hnsw_ef_construction")
+    ap.add_argument("--vector-type", default="vector", help="index.vector_type: vector | halfvec")
     ap.add_argument("--workers", type=int, default=1, help="max_parallel_maintenance_workers")
     ap.add_argument("--shared-buffers", default="4GB",
                     help="embedded server only; keep it above the HNSW index (~2 GB per million)")
@@ -367,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
     from pgvector.psycopg import register_vector
 
     from rag_pg.api import RagPG
-    from rag_pg.config import Settings
+    from rag_pg.config import IndexSettings, Settings
     from rag_pg.store import Store, vector_index_name
 
     server = None
@@ -390,7 +404,10 @@ def main(argv: list[str] | None = None) -> int:
             conn.execute(f"SET max_parallel_maintenance_workers = {int(a.workers)}")
             print("scale: building the HNSW index", file=sys.stderr)
             t0 = time.perf_counter()
-            Store(a.schema).ensure_vector_index(conn, MODEL, a.dim)
+            index_settings = IndexSettings(hnsw_m=a.m, hnsw_ef_construction=a.ef_construction,
+                                           vector_type=a.vector_type,
+                                           build_memory=a.maintenance_work_mem)
+            Store(a.schema, index_settings).ensure_vector_index(conn, MODEL, a.dim)
             build = time.perf_counter() - t0
             conn.execute(Q("ANALYZE {s}.chunk_vector", a.schema))
             index = vector_index_name(MODEL)
@@ -401,6 +418,7 @@ def main(argv: list[str] | None = None) -> int:
                 "dim": a.dim, "index": index, "build_s": round(build, 2), "build_rate": round(a.chunks / build, 1),
                 "index_bytes": sizes[0], "table_bytes": sizes[1], **timings,
                 "maintenance_work_mem": a.maintenance_work_mem, "workers": a.workers,
+                "m": a.m, "ef_construction": a.ef_construction, "vector_type": a.vector_type,
                 "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "cores": os.cpu_count(),
                 "loadavg": [round(v, 2) for v in os.getloadavg()], "postgres": env[0], "pgvector": env[1],
             }

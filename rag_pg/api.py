@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import psycopg
 
-from . import migrate
 from .bm25 import BM25Params
 from .config import Settings
 from .db import ConnectionSource, PoolSource, prepare, source_for
@@ -18,8 +19,22 @@ from .embed.base import EmbeddingProvider
 from .errors import ConfigError, SchemaMissing, StoreError
 from .ingest import Ingestor, ProgressFn
 from .models import Hit, IngestReport
-from .search import MODES, Searcher, SearchRequest
+from .search import MODES, Searcher, SearchRequest, StaleCollection
 from .store import Store
+
+#: How long a search trusts what it read of a collection (its model, whether it is small
+#: enough for exact search). The model is re-checked in every search's own round trip anyway;
+#: only the exact/index choice can lag this long behind a collection that grows or shrinks.
+COLLECTION_INFO_TTL = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class _CollectionInfo:
+    model: str | None
+    dimension: int | None
+    small: bool  # at most retrieval.exact_limit vectors: exact search beats the index
+    vector_kind: str | None  # what the model's index casts to (a search must cast the same)
+    read_at: float
 
 
 class RagPG:
@@ -50,8 +65,9 @@ class RagPG:
         self._provider = provider
         self._owns_provider = provider is None  # never close what the caller handed over
         self._provider_lock = threading.Lock()
-        self.store = Store(self.settings.database.schema)
+        self.store = Store(self.settings.database.schema, self.settings.index)
         self.searcher = Searcher(self.settings.database.schema)
+        self._collections: dict[str, _CollectionInfo] = {}
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -76,6 +92,8 @@ class RagPG:
 
     def init(self) -> str:
         """Create or upgrade the schema (``alembic upgrade head``); returns the revision."""
+        from . import migrate  # Alembic + SQLAlchemy take ~0.5 s to import: only `init` needs them
+
         with self.source.connection() as conn:
             migrate.upgrade(conn, self.settings.database.schema)
             return migrate.current_revision(conn, self.settings.database.schema) or ""
@@ -141,43 +159,97 @@ class RagPG:
             raise ConfigError(f"mode must be one of {', '.join(MODES)} (got {mode!r})")
         mode = mode or self.settings.retrieval.mode
         use_rerank = self.settings.rerank.enabled if rerank is None else rerank
+        options = {"path_prefix": path_prefix, "filters": filters, "level": level,
+                   "node_type": node_type, "max_per_document": max_per_document,
+                   "neighbours": neighbours, "expand": expand}
         with self.source.connection() as conn:
-            with conn.transaction():  # a savepoint: a failure here leaves a caller's transaction usable
-                self._checked(conn)
-                bound = self.store.collection_model(conn, collection)
+            for attempt in (1, 2):
+                info = self._collection_info(conn, collection, fresh=attempt > 1)
+                prepare(conn)  # pgvector's types, once per connection
+                try:
+                    return self._search_once(conn, query, k, mode, collection, info, use_rerank,
+                                             options)
+                except StaleCollection:
+                    continue  # a reembed switched the model meanwhile: read it again
+                except psycopg.errors.UndefinedTable:
+                    self._collections.clear()  # the schema went away: the re-read says so
+                    if attempt > 1:
+                        raise
+            raise StoreError(f"collection {collection!r} keeps changing model; try again")
+
+    def _collection_info(
+        self, conn: psycopg.Connection[Any], collection: str, *, fresh: bool = False
+    ) -> _CollectionInfo:
+        """The collection's model and size, read once per COLLECTION_INFO_TTL (a round trip
+        less per search); a savepoint, so a failure leaves a caller's transaction usable."""
+        info = self._collections.get(collection)
+        if not fresh and info is not None and time.monotonic() - info.read_at < COLLECTION_INFO_TTL:
+            return info
+        with conn.transaction():
+            self._checked(conn)
+            bound = self.store.collection_model(conn, collection)
+            row = conn.execute(
+                self.store.q("collection_small"),
+                {"collection": collection, "exact_limit": self.settings.retrieval.exact_limit},
+            ).fetchone()
             model, dimension = bound if bound else (None, None)
-            if model is None:
-                if mode == "vector":
-                    raise StoreError(f"collection {collection!r} has no vectors: use keyword mode")
-                mode = "keyword"
-            mode = mode or "hybrid"
-            qvec = None
-            if mode in ("hybrid", "vector"):
-                # The provider (or the part of a chain) of the collection's model: a chain
-                # holding both models follows the collection through a `ragpg reembed`.
-                provider = serving(self.provider, model, dimension)
-                if provider is None:
-                    raise StoreError(
-                        f"collection {collection!r} is indexed with {model!r}, the configured"
-                        f" provider gives {self.provider.model!r}"
-                    )
-                qvec = provider.embed("query", [query])[0]
-            request = self._search_request(
-                query, k, mode, collection, qvec, model, dimension, path_prefix=path_prefix,
-                filters=filters, level=level, node_type=node_type,
-                max_per_document=max_per_document, neighbours=neighbours, expand=expand,
-            )
-            if not use_rerank:
-                return self.searcher.run(conn, request)
+            kind = self.store.vector_index_kind(conn, model) if model else None
+        info = _CollectionInfo(model, dimension, bool(row and row[0]), kind, time.monotonic())
+        self._collections[collection] = info
+        return info
+
+    def _search_once(
+        self, conn: psycopg.Connection[Any], query: str, k: int, mode: str | None,
+        collection: str, info: _CollectionInfo, use_rerank: bool, options: dict[str, Any],
+    ) -> list[Hit]:
+        model, dimension = info.model, info.dimension
+        if model is None:
+            if mode == "vector":
+                raise StoreError(f"collection {collection!r} has no vectors: use keyword mode")
+            mode = "keyword"
+        mode = mode or "hybrid"
+        qvec = None
+        if mode in ("hybrid", "vector"):
+            # The provider (or the part of a chain) of the collection's model: a chain
+            # holding both models follows the collection through a `ragpg reembed`.
+            provider = serving(self.provider, model, dimension)
+            if provider is None:
+                raise StoreError(
+                    f"collection {collection!r} is indexed with {model!r}, the configured"
+                    f" provider gives {self.provider.model!r}"
+                )
+            qvec = provider.embed("query", [query])[0]
+        request = self._search_request(
+            query, k, mode, collection, qvec, model, dimension, **options
+        )
+        request = replace(request, vector_kind=info.vector_kind)
+        if Searcher.whole_collection(request):
+            request = replace(request, exact=info.small)
+            if mode == "vector" and not use_rerank:
+                # Nothing to fuse or rerank: k rows are enough (the index's breadth is
+                # ef_search; with a filter, the extra rows also widen the iterative scan).
+                request = replace(request, candidates=k)
+        expect = (model, dimension)
+        own = self.source.owns_connections
+        if not use_rerank:
+            hits = self.searcher.run(conn, request, expect=expect, own_session=own)
+        else:
             from .rerank import Reranker
 
             reranker = Reranker(self.settings.rerank)
             try:
-                return self.searcher.run(
-                    conn, request, reranker=lambda hits: reranker.rerank(query, hits, k)
+                hits = self.searcher.run(
+                    conn, request, reranker=lambda found: reranker.rerank(query, found, k),
+                    expect=expect, own_session=own,
                 )
             finally:
                 reranker.close()
+        if not hits and model is not None:
+            # No row to carry the collection's model: make sure it did not just change.
+            now = self._collection_info(conn, collection, fresh=True)
+            if (now.model, now.dimension) != expect:
+                raise StaleCollection(collection)
+        return hits
 
     def _search_request(
         self, query: str, k: int, mode: str, collection: str, qvec: Any, model: str | None,

@@ -13,11 +13,11 @@ CHECKS: tuple[tuple[str, str, str], ...] = (
     ("chunk_count", "a document's chunk_count differs from its chunks",
      """SELECT d.path, d.chunk_count || ' recorded, ' || count(c.id) || ' stored'
         FROM {s}.document d LEFT JOIN {s}.chunk c ON c.document_id = d.id
-        GROUP BY d.id HAVING d.chunk_count <> count(c.id)"""),
+        GROUP BY d.id, d.collection HAVING d.chunk_count <> count(c.id)"""),
     ("positions", "a document's chunk positions are not 0..n-1",
      """SELECT d.path, 'positions ' || min(c.position) || '..' || max(c.position) || ' for ' || count(*)
         FROM {s}.document d JOIN {s}.chunk c ON c.document_id = d.id
-        GROUP BY d.id HAVING min(c.position) <> 0 OR max(c.position) <> count(*) - 1"""),
+        GROUP BY d.id, d.collection HAVING min(c.position) <> 0 OR max(c.position) <> count(*) - 1"""),
     ("missing_vector", "a chunk of an embedded document has no vector of its collection's model",
      """SELECT d.path, count(*) || ' chunks without a ' || col.model || ' vector'
         FROM {s}.document d

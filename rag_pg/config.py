@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
@@ -106,6 +107,17 @@ class RetrievalSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class IndexSettings:
+    """How each model's HNSW index is built (read when it is created: a first ingest, a
+    reembed). An existing index keeps its parameters; searches follow the index they find."""
+
+    hnsw_m: int = 16  # graph degree: higher = better recall, bigger index, slower build
+    hnsw_ef_construction: int = 64  # build-time candidate list: higher = better graph, slower build
+    vector_type: str = "vector"  # vector | halfvec (index on 16-bit floats: half the size)
+    build_memory: str = "1GB"  # maintenance_work_mem for the build: a graph that fits builds fast
+
+
+@dataclass(frozen=True, slots=True)
 class RerankSettings:
     """Optional cross-encoder stage behind an HTTP rerank API (TEI, Jina or Cohere shape)."""
 
@@ -168,6 +180,7 @@ class Settings:
     chunk: ChunkSettings = field(default_factory=ChunkSettings)
     embedding: EmbeddingSettings = field(default_factory=EmbeddingSettings)
     retrieval: RetrievalSettings = field(default_factory=RetrievalSettings)
+    index: IndexSettings = field(default_factory=IndexSettings)
     rerank: RerankSettings = field(default_factory=RerankSettings)
     database: DatabaseSettings = field(default_factory=DatabaseSettings)
     server: ServerSettings = field(default_factory=ServerSettings)
@@ -217,6 +230,7 @@ class Settings:
         if self.retrieval.mode not in (None, "hybrid", "vector", "keyword"):
             raise ConfigError(f"retrieval.mode must be hybrid, vector or keyword (got {self.retrieval.mode!r})")
         _validate_retrieval(self.retrieval, self.rerank)
+        _validate_index(self.index)
         if not self.collection or len(self.collection) > 200:
             raise ConfigError("collection must be a non-empty name of at most 200 characters")
         if not self.database.schema.replace("_", "").isalnum():
@@ -247,12 +261,25 @@ SECTIONS: dict[str, type] = {
     "chunk": ChunkSettings,
     "embedding": EmbeddingSettings,
     "retrieval": RetrievalSettings,
+    "index": IndexSettings,
     "rerank": RerankSettings,
     "database": DatabaseSettings,
     "server": ServerSettings,
     "llm": LLMSettings,
     "context": ContextSettings,
 }
+
+
+def _validate_index(i: IndexSettings) -> None:
+    if i.vector_type not in ("vector", "halfvec"):
+        raise ConfigError(f"index.vector_type must be vector or halfvec (got {i.vector_type!r})")
+    if not 2 <= i.hnsw_m <= 100:
+        raise ConfigError(f"index.hnsw_m must be between 2 and 100 (got {i.hnsw_m})")
+    if not 4 <= i.hnsw_ef_construction <= 1000 or i.hnsw_ef_construction < 2 * i.hnsw_m:
+        raise ConfigError("index.hnsw_ef_construction must be between 4 and 1000 and at least"
+                          f" 2 × hnsw_m (got {i.hnsw_ef_construction})")
+    if not re.fullmatch(r"\d+\s*(kB|MB|GB|TB)", i.build_memory.strip()):
+        raise ConfigError(f"index.build_memory must be like 512MB or 2GB (got {i.build_memory!r})")
 
 
 def _validate_retrieval(r: RetrievalSettings, rr: RerankSettings) -> None:

@@ -331,9 +331,13 @@ class _Handler(BaseHTTPRequestHandler):
         assert isinstance(texts, list)
         if kind not in ("query", "passage"):
             raise HttpProblem(422, "type must be 'query' or 'passage'")
+        encoding = payload.get("encoding", "float")
+        if encoding not in ("float", "base64"):
+            raise HttpProblem(422, "encoding must be 'float' or 'base64'")
         vectors = self._embed(kind, texts)
         app = self.server.app
-        return {"model": app.model, "dim": app.dimension, "vectors": vectors.tolist()}
+        rows = [_base64(v) for v in vectors] if encoding == "base64" else vectors.tolist()
+        return {"model": app.model, "dim": app.dimension, "vectors": rows}
 
     def _openai(self, payload: dict[str, Any]) -> dict[str, Any]:
         app = self.server.app
@@ -355,8 +359,7 @@ class _Handler(BaseHTTPRequestHandler):
         vectors = self._embed(kind, texts)
         data = [
             {"object": "embedding", "index": i,
-             "embedding": base64.b64encode(v.astype("<f4").tobytes()).decode("ascii")
-             if encoding == "base64" else v.tolist()}
+             "embedding": _base64(v) if encoding == "base64" else v.tolist()}
             for i, v in enumerate(vectors)
         ]
         tokens = sum(estimate_tokens(t) for t in texts)
@@ -455,6 +458,11 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(data)
         except OSError:
             self.close_connection = True  # the client went away
+
+
+def _base64(vector: npt.NDArray[np.float32]) -> str:
+    """One vector as base64 of little-endian float32: what both APIs mean by "base64"."""
+    return base64.b64encode(vector.astype("<f4").tobytes()).decode("ascii")
 
 
 def _from_embedding_error(exc: EmbeddingError) -> HttpProblem:

@@ -87,7 +87,7 @@ class Reembedder:
         # Seconds between the switch and dropping the old vectors: a search that read the
         # collection's model just before the switch still finds that model's vectors.
         self.drop_grace = drop_grace
-        self.store = Store(settings.database.schema)
+        self.store = Store(settings.database.schema, settings.index)
         self.progress = progress or (lambda event, data: None)
         self.warn = warn or (lambda message: None)
 

@@ -10,14 +10,15 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import replace
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from .chunk import context_prefix
 from .config import RerankSettings
 from .errors import ConfigError, RagError
 from .models import Hit
+
+if TYPE_CHECKING:
+    import httpx
 
 BANDS = ("abstain", "caution", "normal")
 
@@ -82,6 +83,8 @@ class Reranker:
     """Calls the rerank API; one client per RagPG, closed with it."""
 
     def __init__(self, settings: RerankSettings, *, transport: httpx.BaseTransport | None = None):
+        import httpx  # only when reranking is on: importing httpx costs ~0.1 s per process
+
         self.settings = settings
         headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
         self._client = httpx.Client(timeout=settings.timeout, headers=headers, transport=transport)
@@ -92,6 +95,8 @@ class Reranker:
     def scores(self, query: str, texts: Sequence[str]) -> list[float]:
         if not texts:
             return []
+        import httpx
+
         url, body = request_for(self.settings, query, texts)
         try:
             response = self._client.post(url, json=body)

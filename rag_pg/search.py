@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import re
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -18,15 +19,20 @@ from .errors import ConfigError
 from .fuse import cap_per_document, rrf
 from .models import Chunk, Hit
 from .queries import Queries, _raw
+from .store import vector_kind
 
 MODES = ("hybrid", "vector", "keyword")
 LANGUAGES = ("french", "english", "simple")  # text search configurations, in the SQL's order
 EXPANSIONS = ("parent", "children")
-HALFVEC_THRESHOLD = 2000  # as store.HALFVEC_THRESHOLD: the HNSW index casts to halfvec above it
 MAX_EF_SEARCH = 1000  # pgvector's upper bound for hnsw.ef_search
 PER_DOCUMENT_OVERFETCH = 4  # HNSW rows fetched per candidate slot when hits are capped per file
 
 Reranker = Callable[[list[Hit]], list[Hit]]
+
+
+class StaleCollection(Exception):  # noqa: N818 - a signal to the caller, not an error
+    """The collection's model changed since the caller read it (a ``reembed`` switched it):
+    the results are discarded and the caller re-reads the collection, then searches again."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +61,11 @@ class SearchRequest:
     exact_limit: int = 5000
     max_scan_tuples: int = 50000
     iterative_scan: str = "relaxed_order"
+    #: exact vector search or the index, when the caller knows (an unfiltered search of a
+    #: collection whose size it has read); None: the statement decides from the filters.
+    exact: bool | None = None
+    #: the type the model's HNSW index casts to (vector | halfvec); None: by dimension
+    vector_kind: str | None = None
 
 
 def normalise_prefix(prefix: str | None) -> str | None:
@@ -72,6 +83,11 @@ class Searcher:
         self.q = Queries(schema)
         self._ident = sql.Identifier(schema)
         self._iterative: bool | None = None
+        self._statements: dict[tuple[Any, ...], sql.Composed] = {}
+        # per connection: the hnsw.* values its session holds (see _run_in_session)
+        self._session_hnsw: weakref.WeakKeyDictionary[psycopg.Connection[Any], tuple[str, str, str]] = (
+            weakref.WeakKeyDictionary()
+        )
 
     # -- SQL ------------------------------------------------------------------------------
 
@@ -92,34 +108,64 @@ class Searcher:
             names.append("search_filter_node_type")
         return sql.SQL(" AND ").join(self._sql(n) for n in names)
 
+    @staticmethod
+    def whole_collection(req: SearchRequest) -> bool:
+        """No filter beyond the collection: the caller may decide exact vs index itself."""
+        return not (normalise_prefix(req.path_prefix) or req.front_matter
+                    or req.level is not None or req.node_type is not None)
+
+    @staticmethod
+    def counts(req: SearchRequest) -> dict[str, int]:
+        """The statement's row counts, written into it as literals (see queries.sql)."""
+        candidates = max(req.candidates, req.k)
+        overfetch = PER_DOCUMENT_OVERFETCH if req.max_per_document else 1
+        return {"candidates": candidates, "per_document": req.max_per_document or candidates,
+                "vec_fetch": candidates * overfetch, "exact_limit": req.exact_limit}
+
     def statement(self, req: SearchRequest) -> sql.Composed:
+        """The search statement for the shape of ``req`` (built once per shape, then reused)."""
+        key = (req.mode, req.exact, req.max_per_document, bool(normalise_prefix(req.path_prefix)),
+               bool(req.front_matter), req.level is not None, req.node_type is not None,
+               req.neighbours > 0, req.expand, req.model, req.dimension, req.vector_kind,
+               tuple(self.counts(req).values()))
+        stmt = self._statements.get(key)
+        if stmt is None:
+            if len(self._statements) >= 256:
+                self._statements.clear()
+            stmt = self._statements[key] = self._compose(req)
+        return stmt
+
+    def _compose(self, req: SearchRequest) -> sql.Composed:
         where = self.doc_filter(req)
+        counts = {name: sql.Literal(value) for name, value in self.counts(req).items()}
         ctes: list[sql.Composable] = []
         if req.mode in ("hybrid", "vector"):
-            kind = sql.SQL("halfvec" if (req.dimension or 0) > HALFVEC_THRESHOLD else "vector")
+            kind = sql.SQL(req.vector_kind or vector_kind(req.dimension or 0))
             parts = {"doc_filter": where, "vkind": kind, "dim": sql.Literal(req.dimension),
-                     "model": sql.Literal(req.model)}
-            ctes += [self._sql("search_vector_scope", **parts), self._sql("search_vector_leg", **parts)]
-        else:
-            ctes.append(self._sql("search_vector_none"))
+                     "model": sql.Literal(req.model), **counts}
+            if req.exact is False and not req.max_per_document and self.whole_collection(req):
+                ctes.append(self._sql("search_vector_collection", **parts))
+            else:
+                scope = "search_vector_scope" if req.exact is None else "search_vector_scope_given"
+                ctes += [self._sql(scope, **parts), self._sql("search_vector_leg", **parts)]
         if req.mode in ("hybrid", "keyword"):
-            ctes.append(self._sql("search_keyword_leg", doc_filter=where))
-        else:
-            ctes.append(self._sql("search_keyword_none"))
+            whole = self.whole_collection(req)
+            ctes.append(self._sql(
+                "search_keyword_leg", keep=sql.SQL("true") if whole else sql.SQL("({})").format(where),
+                keep_join=sql.SQL("") if whole else self._sql("search_keyword_keep_join"), **counts,
+            ))
         window = self._sql("search_window") if req.neighbours > 0 else sql.SQL("NULL::jsonb")
         expanded = (
             self._sql(f"search_expand_{req.expand}") if req.expand else sql.SQL("NULL::jsonb")
         )
-        final = self._sql("search_select", window=window, expanded=expanded)
+        final = self._sql("search_select", window=window, expanded=expanded,
+                          candidates_of=self._sql(f"search_candidates_{req.mode}"))
         return sql.SQL("WITH ") + sql.SQL(",\n").join(ctes) + sql.SQL("\n") + final
 
     def params(self, req: SearchRequest) -> dict[str, Any]:
         prefix = normalise_prefix(req.path_prefix)
-        per_document = req.max_per_document or max(req.candidates, req.k)
         params: dict[str, Any] = {
             "collection": req.collection,
-            "candidates": max(req.candidates, req.k),
-            "per_document": per_document,
             "path_prefix": prefix,
             "path_prefix_dir": f"{prefix}/" if prefix else None,
             "front_matter": Jsonb(dict(req.front_matter)) if req.front_matter else None,
@@ -129,9 +175,7 @@ class Searcher:
         }
         if req.mode in ("hybrid", "vector"):
             params["qvec"] = req.query_vector
-            params["exact_limit"] = req.exact_limit
-            overfetch = PER_DOCUMENT_OVERFETCH if req.max_per_document else 1
-            params["vec_fetch"] = max(req.candidates, req.k) * overfetch
+            params["exact"] = req.exact
         if req.mode in ("hybrid", "keyword"):
             kq = keyword_query(req.query_text)
             params["kw_text"] = kq.text
@@ -155,9 +199,17 @@ class Searcher:
         return self._iterative
 
     def run(
-        self, conn: psycopg.Connection[Any], req: SearchRequest, *, reranker: Reranker | None = None
+        self, conn: psycopg.Connection[Any], req: SearchRequest, *, reranker: Reranker | None = None,
+        expect: tuple[str | None, int | None] | None = None, own_session: bool = False,
     ) -> list[Hit]:
-        """Best hits first: fused, optionally reranked, capped per document, cut at k."""
+        """Best hits first: fused, optionally reranked, capped per document, cut at k.
+
+        ``expect``: the collection's (model, dimension) as the caller last read them, checked by
+        the statement itself: :class:`StaleCollection` when they changed (no rows: unchecked).
+        ``own_session``: the connection is ragpg's own (a pool's), so a vector search may keep
+        its HNSW settings on the session and run as one autocommit statement; otherwise the
+        settings are ``SET LOCAL`` in a transaction (a savepoint in a caller's transaction).
+        """
         if req.k <= 0:
             return []
         validate(req)
@@ -167,21 +219,40 @@ class Searcher:
             req = replace(req, mode="vector")  # nothing to match by words: meaning only
         if req.mode in ("hybrid", "vector") and not self.check_pgvector(conn):
             # Without iterative scans a filtered HNSW scan can return too few rows: go exact.
-            req = replace(req, exact_limit=2**31 - 1)
+            req = replace(req, exact_limit=2**30, exact=None if req.exact is None else True)
         stmt = self.statement(req)
         params = self.params(req)
-        settings = {
-            "ef_search": str(min(MAX_EF_SEARCH, max(req.ef_search, params.get("vec_fetch", 0)))),
-            "iterative_scan": req.iterative_scan,
-            "max_scan_tuples": str(req.max_scan_tuples),
-            "enable_seqscan": "off" if req.mode in ("hybrid", "keyword") else "on",
-        }
-        with conn.pipeline():
-            with conn.transaction():
-                conn.execute(self.q("search_settings"), settings)
-                cur = conn.execute(stmt, params)
-            rows = cur.fetchall()
+        hnsw = (str(min(MAX_EF_SEARCH, max(req.ef_search, self.counts(req)["vec_fetch"]))),
+                req.iterative_scan, str(req.max_scan_tuples))
+        if own_session and req.mode == "vector" and conn.autocommit:
+            rows = self._run_in_session(conn, stmt, params, hnsw)
+        else:
+            settings = {"ef_search": hnsw[0], "iterative_scan": hnsw[1], "max_scan_tuples": hnsw[2],
+                        "enable_seqscan": "off" if req.mode in ("hybrid", "keyword") else "on"}
+            with conn.pipeline():  # one round trip: BEGIN, settings, search, COMMIT
+                with conn.transaction():
+                    conn.execute(self.q("search_settings"), settings)
+                    cur = conn.execute(stmt, params)
+                rows = cur.fetchall()
+        if expect is not None and rows and (rows[0][17], rows[0][18]) != expect:
+            raise StaleCollection(req.collection)
         return shape(rows, req, reranker=reranker)
+
+    def _run_in_session(
+        self, conn: psycopg.Connection[Any], stmt: sql.Composed, params: dict[str, Any],
+        hnsw: tuple[str, str, str],
+    ) -> list[Any]:
+        """The search as one statement, one round trip: the HNSW settings (which only HNSW
+        scans read) stay on ragpg's own session and are sent again only when they change."""
+        with conn.pipeline():
+            if self._session_hnsw.get(conn) != hnsw:
+                conn.execute(self.q("search_session_settings"),
+                             {"ef_search": hnsw[0], "iterative_scan": hnsw[1],
+                              "max_scan_tuples": hnsw[2]})
+            cur = conn.execute(stmt, params)
+        rows = cur.fetchall()
+        self._session_hnsw[conn] = hnsw
+        return rows
 
 
 def validate(req: SearchRequest) -> None:

@@ -11,6 +11,7 @@ import numpy as np
 import psycopg
 from psycopg.types.json import Jsonb
 
+from .config import IndexSettings
 from .errors import DimensionMismatch, StoreError
 from .models import Chunk, Document
 from .queries import Queries
@@ -47,6 +48,11 @@ def fingerprint(size: int, overlap: int, model: str | None) -> str:
     return f"chunk={size}/{overlap};model={model or 'none'};v1"
 
 
+def vector_kind(dimension: int, configured: str = "vector") -> str:
+    """The type an index casts to: halfvec when asked, or past pgvector's 2,000-d HNSW limit."""
+    return "halfvec" if configured == "halfvec" or dimension > HALFVEC_THRESHOLD else "vector"
+
+
 def vector_index_name(model: str) -> str:
     return "chunk_vector_hnsw_" + hashlib.sha256(model.encode()).hexdigest()[:12]
 
@@ -54,9 +60,10 @@ def vector_index_name(model: str) -> str:
 class Store:
     """Table access for one schema. Methods take a psycopg connection: the caller owns it."""
 
-    def __init__(self, schema: str = "ragpg"):
+    def __init__(self, schema: str = "ragpg", index: IndexSettings | None = None):
         self.schema = schema
         self.q = Queries(schema)
+        self.index = index or IndexSettings()
 
     # -- reads -------------------------------------------------------------------------
 
@@ -110,23 +117,40 @@ class Store:
         return bool(row and row[0])
 
     def ensure_vector_index(self, conn: psycopg.Connection[Any], model: str, dimension: int) -> None:
-        """A partial HNSW index per model on the typed cast of the untyped column."""
+        """A partial HNSW index per model on the typed cast of the untyped column, built with
+        ``[index]``'s parameters and memory (an existing one is kept as it is)."""
         from psycopg import sql
 
-        kind = "halfvec" if dimension > HALFVEC_THRESHOLD else "vector"
+        kind = vector_kind(dimension, self.index.vector_type)
         stmt = sql.SQL(
             "CREATE INDEX IF NOT EXISTS {name} ON {schema}.chunk_vector USING hnsw"
-            " ((embedding::{kind}({dim})) {ops}) WHERE model = {model}"
+            " ((embedding::{kind}({dim})) {ops}) WITH (m = {m}, ef_construction = {efc})"
+            " WHERE model = {model}"
         ).format(
             name=sql.Identifier(vector_index_name(model)),
             schema=sql.Identifier(self.schema),
             kind=sql.SQL(kind),
             dim=sql.Literal(dimension),
             ops=sql.SQL(f"{kind}_cosine_ops"),
+            m=sql.Literal(self.index.hnsw_m),
+            efc=sql.Literal(self.index.hnsw_ef_construction),
             model=sql.Literal(model),
         )
         with conn.transaction():
+            conn.execute("SELECT set_config('maintenance_work_mem', %s, true)",
+                         (self.index.build_memory.replace(" ", ""),))
             conn.execute(stmt)
+
+    def vector_index_kind(self, conn: psycopg.Connection[Any], model: str) -> str | None:
+        """``vector`` or ``halfvec``: the type the model's index casts to (searches must cast to
+        the same to use it); None when the index does not exist (yet)."""
+        row = conn.execute(
+            "SELECT pg_get_indexdef(to_regclass(%s))",
+            (f'"{self.schema}".{vector_index_name(model)}',),
+        ).fetchone()
+        if not row or not row[0]:
+            return None
+        return "halfvec" if "::halfvec" in row[0] else "vector"
 
     # -- writes ------------------------------------------------------------------------
 
@@ -151,31 +175,38 @@ class Store:
         with conn.transaction():
             ids: list[int] = []
             with conn.cursor() as cur:
-                for p in prepared:
-                    doc = p.document
-                    cur.execute(
-                        self.q("document_upsert"),
+                # One pipelined batch for the group's documents, not a round trip each.
+                cur.executemany(
+                    self.q("document_upsert"),
+                    [
                         {
                             "collection": collection,
-                            "path": doc.path,
-                            "title": doc.title,
-                            "content_hash": doc.content_hash,
-                            "front_matter": Jsonb(doc.front_matter),
-                            "parent_path": doc.parent_path,
-                            "level": doc.level,
-                            "node_type": doc.node_type,
-                            "embed": doc.embed,
+                            "path": p.document.path,
+                            "title": p.document.title,
+                            "content_hash": p.document.content_hash,
+                            "front_matter": Jsonb(p.document.front_matter),
+                            "parent_path": p.document.parent_path,
+                            "level": p.document.level,
+                            "node_type": p.document.node_type,
+                            "embed": p.document.embed,
                             "language": p.language,
                             "fingerprint": p.fingerprint,
                             "chunk_count": len(p.chunks),
                             "token_count": p.token_count,
                             "source_root": p.source_root,
-                        },
-                    )
+                        }
+                        for p in prepared
+                    ],
+                    returning=True,
+                )
+                for _ in prepared:  # one result set per document, in order
                     row = cur.fetchone()
                     assert row is not None
                     ids.append(int(row[0]))
-                cur.execute(self.q("chunks_delete_for_documents"), {"ids": ids})
+                    cur.nextset()
+                cur.execute(
+                    self.q("chunks_delete_for_documents"), {"collection": collection, "ids": ids}
+                )
                 total = sum(len(p.chunks) for p in prepared)
                 if total == 0:
                     return 0
@@ -190,7 +221,8 @@ class Store:
                         for c in p.chunks:
                             copy.write_row(
                                 (
-                                    chunk_ids[i], doc_id, c.position, c.section, c.anchor,
+                                    chunk_ids[i], doc_id, collection, c.position, c.section,
+                                    c.anchor,
                                     c.content, c.token_count, c.content_hash, config,
                                 )
                             )
@@ -198,14 +230,14 @@ class Store:
                 written = total
                 if model is not None and any(p.vectors is not None for p in prepared):
                     with cur.copy(self.q("vector_copy")) as copy:
-                        copy.set_types(["bigint", "text", "vector"])
+                        copy.set_types(["bigint", "text", "text", "vector"])
                         i = 0
                         for p in prepared:
                             if p.vectors is None:
                                 i += len(p.chunks)
                                 continue
                             for vec in p.vectors:
-                                copy.write_row((chunk_ids[i], model, vec))
+                                copy.write_row((chunk_ids[i], collection, model, vec))
                                 i += 1
         return written
 

@@ -79,7 +79,9 @@ def test_sigkill_at_random_moments_never_leaves_a_partial_document(db_url, embed
 def test_two_concurrent_ingests_never_duplicate(db_url, embed_server, tmp_path):
     corpus = big_corpus(tmp_path / "c", n=30)
     embed_server.delay = 0.01
-    env = {**os.environ, **env_for(db_url, embed_server)}
+    # Whoever takes the lock first holds it 3 s more (an ingest of 30 files can be quicker
+    # than the other process's start-up), so the other one really has to wait.
+    env = {**os.environ, **env_for(db_url, embed_server, RAGPG_FAILPOINT="before_write:1:sleep:3")}
     procs = [subprocess.Popen([sys.executable, "-m", "rag_pg", "ingest", str(corpus)], env=env, cwd=tmp_path,
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
     results = [p.communicate(timeout=120) for p in procs]

@@ -183,9 +183,14 @@ def test_a_different_model_is_refused(db_url, embed_server, corpus):
     from rag_pg.testing.embedserver import FakeEmbeddingServer
 
     with FakeEmbeddingServer(dim=32, model="other-32") as other, make_rag(db_url, other) as rag:
+        # nothing changed: decided from the stored hashes, the service is never asked
+        assert rag.ingest(corpus).documents_indexed == 0
+        assert (other.calls, other.health_calls) == (0, 0)
+        changed = sorted(corpus.rglob("*.md"))[0]
+        changed.write_text(changed.read_text(encoding="utf-8") + "\nUne ligne.\n", encoding="utf-8")
         with pytest.raises(DimensionMismatch, match="reembed"):
             rag.ingest(corpus)
-        assert other.calls == 0
+        assert other.calls == 0  # refused before anything was embedded
 
 
 def test_embed_false_documents_are_keyword_only(db_url, embed_server, corpus):

@@ -137,9 +137,20 @@ def test_keep_leaves_both_models_and_switching_back_embeds_nothing(
 
 def test_ingest_refuses_to_mix_and_points_to_reembed(db_url, corpus, old_server, new_server):
     ingest(db_url, old_server, corpus)
+    # Nothing changed: the run decides from the stored hashes and never asks the service.
+    new_server.reset_counters()
+    assert ingest(db_url, new_server, corpus).documents_skipped > 0
+    assert (new_server.health_calls, new_server.texts_embedded) == (0, 0)
+    # A changed document needs the service's model: a different one is refused, nothing written.
+    first = sorted(Path(corpus).rglob("*.md"))[0]
+    first.write_text(first.read_text(encoding="utf-8") + "\nUne ligne de plus.\n", encoding="utf-8")
     with pytest.raises(DimensionMismatch, match=f"ragpg reembed --collection default --model {NEW}"):
         ingest(db_url, new_server, corpus)
     assert by_model(db_url) == {OLD: sum(by_model(db_url).values())}
+    # With the model configured, the swap is refused at once, even when nothing changed.
+    first.write_text(first.read_text(encoding="utf-8")[: -len("Une ligne de plus.\n")], encoding="utf-8")
+    with pytest.raises(DimensionMismatch, match="ragpg reembed"):
+        ingest(db_url, new_server, corpus, **{"embedding.model": NEW})
 
 
 def test_a_keyword_only_collection_gets_its_first_vectors(db_url, corpus, new_server):

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rag_pg import RagPG, Settings
+from rag_pg.db import prepare
 from rag_pg.errors import ConfigError
 from rag_pg.search import Searcher, SearchRequest
 
@@ -201,3 +202,44 @@ def test_cli_search_options(db_url, embed_server, tree):
     assert [h for h in hits if h["path"] == "book/chapter2.md"][0]["expanded"]["path"] == "book/summary.md"
     bad = run_cli(["search", "x", "--filter", "novalue"], env=env)
     assert bad.returncode == 2 and "KEY=VALUE" in bad.stderr
+
+
+def test_index_settings_shape_the_hnsw_index_and_searches_follow_it(db_url, embed_server, tree):
+    """[index] builds the model's HNSW index (halfvec, m, ef_construction); a search reads the
+    type from the index it finds and casts the same, so the planner uses that index."""
+    options = {"index.vector_type": "halfvec", "index.hnsw_m": 8, "index.hnsw_ef_construction": 32,
+               "retrieval.exact_limit": 0, "chunk.size": 60, "chunk.overlap": 10}
+    with make_rag(db_url, embed_server, **options) as rag:
+        rag.init()
+        rag.ingest(tree)
+        model = rag.provider.model
+        assert model is not None
+        with psycopg.connect(db_url) as conn:
+            prepare(conn)  # pgvector's types
+            conn.execute("SET enable_seqscan = off")  # a tiny table: make the planner show it can
+            (definition,) = conn.execute(
+                "SELECT indexdef FROM pg_indexes WHERE indexname LIKE 'chunk_vector_hnsw_%'"
+            ).fetchone()
+            assert rag.store.vector_index_kind(conn, model) == "halfvec"
+            qvec = rag.provider.embed("query", ["la marmotte dort"])[0]
+            request = SearchRequest(collection="default", k=3, mode="vector", query_text="x",
+                                    query_vector=qvec, model=model, dimension=len(qvec),
+                                    exact=False, vector_kind="halfvec")
+            plan = "\n".join(r[0] for r in conn.execute(
+                b"EXPLAIN " + rag.searcher.statement(request).as_bytes(conn),
+                rag.searcher.params(request)))
+        assert "::halfvec(" in definition and "m='8'" in definition, definition
+        assert "ef_construction='32'" in definition, definition
+        assert "chunk_vector_hnsw_" in plan, plan
+        hits = rag.search("la marmotte dort", 3, mode="vector")
+    with make_rag(db_url, embed_server, **{**options, "retrieval.exact_limit": 10**6}) as exact:
+        expected = exact.search("la marmotte dort", 3, mode="vector")
+    assert len(hits) == 3 and [h.chunk_id for h in hits] == [h.chunk_id for h in expected]
+
+
+@pytest.mark.parametrize("key,value", [("index.vector_type", "bit"), ("index.hnsw_m", 1),
+                                       ("index.hnsw_ef_construction", 8),
+                                       ("index.build_memory", "lots")])
+def test_index_settings_are_checked(key, value):
+    with pytest.raises(ConfigError, match=key.split(".")[1]):
+        Settings.load(environ={}, overrides={key: value})

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from rag_pg.config import EMBEDDING_PROVIDERS, EmbeddingSettings
 from rag_pg.embed.base import (
@@ -16,11 +18,27 @@ from rag_pg.embed.base import (
 )
 from rag_pg.embed.batching import embed_all, plan_batches
 from rag_pg.embed.chain import ChainUnavailable, EmbeddingChain, serving
-from rag_pg.embed.http import HttpEmbeddingProvider
 from rag_pg.embed.local import LOCAL_DIMENSION, LOCAL_MODEL, LocalEmbeddingProvider
 from rag_pg.embed.none import NoneEmbeddingProvider
-from rag_pg.embed.remote import OllamaEmbeddingProvider, OpenAIEmbeddingProvider
 from rag_pg.errors import ConfigError
+
+if TYPE_CHECKING:
+    from rag_pg.embed.http import HttpEmbeddingProvider
+    from rag_pg.embed.remote import OllamaEmbeddingProvider, OpenAIEmbeddingProvider
+
+# The HTTP-based providers import httpx (~0.1 s): loaded when first named or built, so that a
+# process that never calls a service (a no-change re-ingest, a keyword search) does not pay.
+_LAZY = {
+    "HttpEmbeddingProvider": "rag_pg.embed.http",
+    "OllamaEmbeddingProvider": "rag_pg.embed.remote",
+    "OpenAIEmbeddingProvider": "rag_pg.embed.remote",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "ChainUnavailable",
@@ -113,6 +131,8 @@ def _make_one(
     if kind == "http":
         if not settings.url:
             raise ConfigError(f"{name}.provider = http needs {name}.url")
+        from rag_pg.embed.http import HttpEmbeddingProvider
+
         return HttpEmbeddingProvider(
             settings.url,
             model=settings.model,
@@ -122,6 +142,8 @@ def _make_one(
             api_key=api_key,
         )
     if kind in ("openai", "ollama"):
+        from rag_pg.embed.remote import OllamaEmbeddingProvider, OpenAIEmbeddingProvider
+
         cls = OpenAIEmbeddingProvider if kind == "openai" else OllamaEmbeddingProvider
         extra = {"send_dimensions": settings.send_dimensions} if kind == "openai" else {}
         return cls(

@@ -125,7 +125,10 @@ class HttpEmbeddingProvider(JsonService):
     # -- one request --------------------------------------------------------------------------
 
     def _embed_batch(self, type: EmbedType, texts: Sequence[str]) -> npt.NDArray[np.float32]:
-        body = self._call("POST", "/embed", {"type": type, "texts": list(texts)})
+        # base64 float32 is ~3x cheaper to encode and decode than JSON floats on both ends; a
+        # service that ignores the field answers floats, which validate_vectors accepts too.
+        request = {"type": type, "texts": list(texts), "encoding": "base64"}
+        body = self._call("POST", "/embed", request)
         if not isinstance(body, dict):
             raise self._malformed(f"/embed answered a {type_name(body)}, not an object")
         if "vectors" not in body:

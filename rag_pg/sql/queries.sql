@@ -33,18 +33,19 @@ ON CONFLICT (collection, path) DO UPDATE SET
 RETURNING id;
 
 -- name: chunks_delete_for_documents
-DELETE FROM {schema}.chunk WHERE document_id = ANY(%(ids)s);
+DELETE FROM {schema}.chunk WHERE collection = %(collection)s AND document_id = ANY(%(ids)s);
 
 -- name: chunk_ids_allocate
 SELECT nextval(pg_get_serial_sequence(%(table)s, 'id')) FROM generate_series(1, %(n)s);
 
 -- name: chunk_copy
 COPY {schema}.chunk
-    (id, document_id, position, section, anchor, content, token_count, content_hash, ts_config)
+    (id, document_id, collection, position, section, anchor, content, token_count, content_hash,
+     ts_config)
 FROM STDIN;
 
 -- name: vector_copy
-COPY {schema}.chunk_vector (chunk_id, model, embedding) FROM STDIN (FORMAT BINARY);
+COPY {schema}.chunk_vector (chunk_id, collection, model, embedding) FROM STDIN (FORMAT BINARY);
 
 -- name: documents_prune
 DELETE FROM {schema}.document
@@ -104,33 +105,49 @@ SELECT EXISTS (
 -- exact_limit chunks of embedded documents match. At most exact_limit + 1 document rows are
 -- read (each counted document has at least one chunk), so an unfiltered query stays cheap.
 vec_scope AS (
-    SELECT coalesce(sum(s.chunk_count), 0) <= %(exact_limit)s AS exact
+    SELECT coalesce(sum(s.chunk_count), 0) <= {exact_limit} AS exact
     FROM (SELECT d.chunk_count FROM {schema}.document d
           WHERE d.embed AND d.chunk_count > 0 AND {doc_filter}
-          LIMIT %(exact_limit)s + 1) s
+          LIMIT {exact_limit} + 1) s
 )
+
+-- name: collection_small
+-- Whether a whole-collection vector search should be exact (as search_vector_scope decides
+-- for filtered searches); read with the collection row, cached by the caller for a while.
+SELECT coalesce(sum(s.chunk_count), 0) <= %(exact_limit)s
+FROM (SELECT d.chunk_count FROM {schema}.document d
+      WHERE d.collection = %(collection)s AND d.embed AND d.chunk_count > 0
+      LIMIT %(exact_limit)s + 1) s;
+
+-- name: search_vector_scope_given
+-- The caller already knows (an unfiltered search of a collection whose size it has read).
+vec_scope AS (SELECT %(exact)s::boolean AS exact)
 
 -- name: search_vector_leg
 -- Vector candidates by cosine distance. Approximate branch: the model's partial HNSW index
 -- with iterative scans (set per query), so that a filter still yields vec_fetch rows.
 -- Exact branch (very selective filters): every matching vector, from the document side.
 -- A one-time filter on vec_scope runs exactly one of the two branches.
+-- Every join also equates the collection: on a Citus cluster sharded by collection the whole
+-- statement then runs on the one shard that holds it (docs/scaling.md).
 vec_ann AS MATERIALIZED (
     SELECT cv.chunk_id, c.document_id,
            (cv.embedding::{vkind}({dim})) <=> %(qvec)s::{vkind}({dim}) AS distance
     FROM {schema}.chunk_vector cv
-    JOIN {schema}.chunk c ON c.id = cv.chunk_id
-    JOIN {schema}.document d ON d.id = c.document_id
-    WHERE cv.model = {model} AND {doc_filter} AND NOT (SELECT exact FROM vec_scope)
+    JOIN {schema}.chunk c ON c.id = cv.chunk_id AND c.collection = cv.collection
+    JOIN {schema}.document d ON d.id = c.document_id AND d.collection = c.collection
+    WHERE cv.collection = %(collection)s AND cv.model = {model} AND {doc_filter}
+      AND NOT (SELECT exact FROM vec_scope)
     ORDER BY (cv.embedding::{vkind}({dim})) <=> %(qvec)s::{vkind}({dim})
-    LIMIT %(vec_fetch)s
+    LIMIT {vec_fetch}
 ),
 vec_exact AS MATERIALIZED (
     SELECT cv.chunk_id, c.document_id,
            (cv.embedding::{vkind}({dim})) <=> %(qvec)s::{vkind}({dim}) AS distance
     FROM {schema}.document d
-    JOIN {schema}.chunk c ON c.document_id = d.id
-    JOIN {schema}.chunk_vector cv ON cv.chunk_id = c.id AND cv.model = {model}
+    JOIN {schema}.chunk c ON c.document_id = d.id AND c.collection = d.collection
+    JOIN {schema}.chunk_vector cv
+      ON cv.chunk_id = c.id AND cv.collection = c.collection AND cv.model = {model}
     WHERE {doc_filter} AND (SELECT exact FROM vec_scope)
 ),
 vec AS (
@@ -140,14 +157,22 @@ vec AS (
 ),
 vec_ranked AS (
     SELECT chunk_id, distance, row_number() OVER (ORDER BY distance, chunk_id) AS rank
-    FROM vec WHERE doc_rank <= %(per_document)s
+    FROM vec WHERE doc_rank <= {per_document}
     ORDER BY distance, chunk_id
-    LIMIT %(candidates)s
+    LIMIT {candidates}
 )
 
--- name: search_vector_none
+-- name: search_vector_collection
+-- The common case, on its own: a whole collection (no other filter, no per-document cap),
+-- large enough for the index. The HNSW scan filters on the vector rows' own collection, so
+-- no candidate is joined to anything before the final k: as cheap as a bare pgvector query.
 vec_ranked AS (
-    SELECT NULL::bigint AS chunk_id, NULL::float8 AS distance, NULL::bigint AS rank WHERE false
+    SELECT a.chunk_id, a.distance, row_number() OVER (ORDER BY a.distance, a.chunk_id) AS rank
+    FROM (SELECT cv.chunk_id, (cv.embedding::{vkind}({dim})) <=> %(qvec)s::{vkind}({dim}) AS distance
+          FROM {schema}.chunk_vector cv
+          WHERE cv.collection = %(collection)s AND cv.model = {model}
+          ORDER BY (cv.embedding::{vkind}({dim})) <=> %(qvec)s::{vkind}({dim})
+          LIMIT {vec_fetch}) a
 )
 
 -- name: search_keyword_leg
@@ -176,13 +201,13 @@ kw_terms AS (
 ),
 kw_match AS MATERIALIZED (
     SELECT c.id AS chunk_id, c.document_id, c.ts_config, c.token_count AS dl,
-           ({doc_filter}) AS keep, m.lexeme, cardinality(m.positions) AS tf
+           {keep} AS keep, m.lexeme, cardinality(m.positions) AS tf
     FROM {schema}.chunk c
-    JOIN {schema}.document d ON d.id = c.document_id
+    {keep_join}
     CROSS JOIN LATERAL unnest(ts_filter(
         setweight(c.tsv, 'A', (SELECT array_agg(DISTINCT lexeme) FROM kw_terms)),
         ARRAY['a']::"char"[])) AS m
-    WHERE d.collection = %(collection)s
+    WHERE c.collection = %(collection)s
       AND c.tsv @@ (websearch_to_tsquery((%(ts_configs)s::regconfig[])[1], %(kwq)s)
                     || websearch_to_tsquery((%(ts_configs)s::regconfig[])[2], %(kwq)s)
                     || websearch_to_tsquery((%(ts_configs)s::regconfig[])[3], %(kwq)s))
@@ -214,36 +239,52 @@ kw_ranked AS (
     FROM (SELECT chunk_id, score,
                  row_number() OVER (PARTITION BY document_id ORDER BY score DESC, chunk_id) AS doc_rank
           FROM kw) capped
-    WHERE doc_rank <= %(per_document)s
+    WHERE doc_rank <= {per_document}
     ORDER BY score DESC, chunk_id
-    LIMIT %(candidates)s
+    LIMIT {candidates}
 )
 
--- name: search_keyword_none
-kw_ranked AS (
-    SELECT NULL::bigint AS chunk_id, NULL::float8 AS score, NULL::bigint AS rank WHERE false
-)
+-- name: search_keyword_keep_join
+-- kw_match's join to document, for the filters (a whole-collection search keeps every chunk).
+JOIN {schema}.document d ON d.id = c.document_id AND d.collection = c.collection
+
+-- The row counts (LIMITs, caps, exact_limit) are literals in the search statements, not
+-- parameters: a prepared statement then gets a generic plan that knows them (with LIMIT $n
+-- the generic plan sorts the whole table, so Postgres re-plans every execution instead).
 
 -- name: search_select
 -- Each candidate once, with the rank and raw score of each leg that found it, its provenance
 -- and, when asked, its neighbour window and its related node's chunks (result shaping in the
--- same round trip; the Python side merges the texts).
+-- same round trip; the Python side merges the texts), and the collection's current model.
 SELECT c.id, cand.vrank, cand.distance, cand.krank, cand.kscore,
        c.position, c.section, c.anchor, c.content, c.token_count, c.content_hash,
-       d.id, d.path, d.title, d.collection, {window} AS window, {expanded} AS expanded
-FROM (
-    SELECT coalesce(v.chunk_id, k.chunk_id) AS chunk_id, v.rank AS vrank, v.distance,
-           k.rank AS krank, k.score AS kscore
-    FROM vec_ranked v FULL JOIN kw_ranked k ON k.chunk_id = v.chunk_id
-) cand
-JOIN {schema}.chunk c ON c.id = cand.chunk_id
-JOIN {schema}.document d ON d.id = c.document_id
+       d.id, d.path, d.title, d.collection, {window} AS window, {expanded} AS expanded,
+       g.model, g.dimension
+FROM ({candidates_of}) cand
+JOIN {schema}.chunk c ON c.id = cand.chunk_id AND c.collection = %(collection)s
+JOIN {schema}.document d ON d.id = c.document_id AND d.collection = c.collection
+-- the collection's model as this statement saw it: the caller checks it is the one it used
+CROSS JOIN (SELECT model, dimension FROM {schema}.collection WHERE name = %(collection)s) g
+
+-- name: search_candidates_hybrid
+SELECT coalesce(v.chunk_id, k.chunk_id) AS chunk_id, v.rank AS vrank, v.distance,
+       k.rank AS krank, k.score AS kscore
+FROM vec_ranked v FULL JOIN kw_ranked k ON k.chunk_id = v.chunk_id
+
+-- name: search_candidates_vector
+SELECT v.chunk_id, v.rank AS vrank, v.distance, NULL::bigint AS krank, NULL::float8 AS kscore
+FROM vec_ranked v
+
+-- name: search_candidates_keyword
+SELECT k.chunk_id, NULL::bigint AS vrank, NULL::float8 AS distance, k.rank AS krank,
+       k.score AS kscore
+FROM kw_ranked k
 
 -- name: search_window
 (SELECT jsonb_agg(jsonb_build_object('position', w.position, 'section', w.section,
                                      'anchor', w.anchor, 'content', w.content) ORDER BY w.position)
  FROM {schema}.chunk w
- WHERE w.document_id = c.document_id
+ WHERE w.document_id = c.document_id AND w.collection = c.collection
    AND w.position BETWEEN c.position - %(neighbours)s AND c.position + %(neighbours)s)
 
 -- name: search_expand_parent
@@ -256,7 +297,8 @@ CASE WHEN row_number() OVER (PARTITION BY d.id ORDER BY c.id) = 1 THEN (
             SELECT jsonb_agg(jsonb_build_object('position', pc.position, 'section', pc.section,
                                                 'anchor', pc.anchor, 'content', pc.content)
                              ORDER BY pc.position)
-            FROM {schema}.chunk pc WHERE pc.document_id = p.id), '[]'::jsonb))
+            FROM {schema}.chunk pc
+            WHERE pc.document_id = p.id AND pc.collection = p.collection), '[]'::jsonb))
     FROM {schema}.document p
     WHERE p.collection = d.collection
       AND p.path = ltrim(regexp_replace(d.parent_path, '^(\./)+', ''), '/')
@@ -271,7 +313,8 @@ CASE WHEN row_number() OVER (PARTITION BY d.id ORDER BY c.id) = 1 THEN (
             SELECT jsonb_agg(jsonb_build_object('position', cc.position, 'section', cc.section,
                                                 'anchor', cc.anchor, 'content', cc.content)
                              ORDER BY cc.position)
-            FROM {schema}.chunk cc WHERE cc.document_id = ch.id), '[]'::jsonb))
+            FROM {schema}.chunk cc
+            WHERE cc.document_id = ch.id AND cc.collection = ch.collection), '[]'::jsonb))
         ORDER BY ch.path)
     FROM {schema}.document ch
     WHERE ch.collection = d.collection
@@ -308,6 +351,13 @@ SELECT set_config('hnsw.ef_search', %(ef_search)s, true),
        set_config('hnsw.iterative_scan', %(iterative_scan)s, true),
        set_config('hnsw.max_scan_tuples', %(max_scan_tuples)s, true),
        set_config('enable_seqscan', %(enable_seqscan)s, true)
+
+-- name: search_session_settings
+-- The same HNSW settings kept on the session of one of ragpg's own pooled connections (only
+-- HNSW scans read them), so that a vector search is a single autocommit statement.
+SELECT set_config('hnsw.ef_search', %(ef_search)s, false),
+       set_config('hnsw.iterative_scan', %(iterative_scan)s, false),
+       set_config('hnsw.max_scan_tuples', %(max_scan_tuples)s, false)
 
 -- name: search_check_pgvector
 -- Startup check: pgvector >= 0.8 has iterative scans; an unknown or invalid value is ignored
@@ -372,10 +422,10 @@ COPY pg_temp.ragpg_reembed_stage (chunk_id, embedding) FROM STDIN (FORMAT BINARY
 
 -- name: reembed_stage_insert
 -- Chunks deleted meanwhile are skipped (the join), vectors already there are kept.
-INSERT INTO {schema}.chunk_vector (chunk_id, model, embedding)
-SELECT s.chunk_id, %(model)s, s.embedding
+INSERT INTO {schema}.chunk_vector (chunk_id, collection, model, embedding)
+SELECT s.chunk_id, c.collection, %(model)s, s.embedding
 FROM pg_temp.ragpg_reembed_stage s JOIN {schema}.chunk c ON c.id = s.chunk_id
-ON CONFLICT (chunk_id, model) DO NOTHING;
+ON CONFLICT (chunk_id, model, collection) DO NOTHING;
 
 -- name: reembed_lock_collection
 SELECT model, dimension FROM {schema}.collection WHERE name = %(collection)s FOR UPDATE;

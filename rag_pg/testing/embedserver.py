@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import base64
 import hashlib
 import json
 import re
@@ -33,6 +34,8 @@ FAULTS = frozenset(
         "redirect",
         "drip",
         "huge",
+        "bad_base64",
+        "odd_base64",
     }
 )
 # The same fake answers three API shapes, so every provider meets the same fault plan.
@@ -195,7 +198,9 @@ class FakeEmbeddingServer:
     plan; ``details`` records each request's shape, model, first text and Authorization.
     Set ``fault`` (any time) to one of FAULTS, or to any 4xx/5xx code as a string; set
     ``poison`` to make batches holding that substring fail with 422; set ``fail_next`` to
-    fail the next N calls with 503. Counters are thread-safe. For benchmarks or manual use:
+    fail the next N calls with 503. ``/embed`` answers base64 float32 rows when asked
+    (``"encoding": "base64"``) unless ``honour_encoding`` is False (a server that ignores the
+    field); ``bad_base64``/``odd_base64`` break the first row. Counters are thread-safe. For benchmarks or manual use:
     ``python -m rag_pg.testing.embedserver --port 8089 --dim 64``.
     """
 
@@ -225,6 +230,7 @@ class FakeEmbeddingServer:
         self.slow_seconds = 30.0
         self.drip_interval = 0.05
         self.huge_bytes = 80 * 1024 * 1024
+        self.honour_encoding = True
         self.requests: list[dict[str, Any]] = []
         # Per request: API shape, model and dimensions asked, first text, Authorization header.
         self.details: list[dict[str, Any]] = []
@@ -363,6 +369,7 @@ class FakeEmbeddingServer:
                     "model": data.get("model"),
                     "dimensions": data.get("dimensions"),
                     "first": texts[0] if isinstance(texts, list) and texts else None,
+                    "encoding": data.get("encoding"),
                     "authorization": handler.headers.get("Authorization"),
                 }
             )
@@ -395,9 +402,10 @@ class FakeEmbeddingServer:
             return
         if fault == "slow" and self._stopping.wait(self.slow_seconds):
             return
-        self._send_vectors(handler, texts, fault, shape)
+        base64_rows = shape == "seed" and self.honour_encoding and data.get("encoding") == "base64"
+        self._send_vectors(handler, texts, fault, shape, base64_rows=base64_rows)
 
-    def _reply(self, vectors: list[list[float]], shape: str) -> dict[str, Any]:
+    def _reply(self, vectors: list[Any], shape: str) -> dict[str, Any]:
         if shape == "openai":
             data = [
                 {"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)
@@ -408,7 +416,8 @@ class FakeEmbeddingServer:
         return {"model": self.model, "dim": self.dim, "vectors": vectors}
 
     def _send_vectors(
-        self, handler: _Handler, texts: list[str], fault: str | None, shape: str = "seed"
+        self, handler: _Handler, texts: list[str], fault: str | None, shape: str = "seed",
+        *, base64_rows: bool = False,
     ) -> None:
         vectors = [fake_vector(t, self.dim).tolist() for t in texts]
         if fault == "wrong_count":
@@ -419,7 +428,15 @@ class FakeEmbeddingServer:
             vectors[0][0] = float("nan")
         elif fault == "zero":
             vectors[0] = [0.0] * self.dim
-        reply = self._reply(vectors, shape)
+        rows: list[Any] = vectors
+        if base64_rows:
+            rows = [_base64(v) for v in vectors]
+            if fault == "bad_base64":
+                rows[0] = "not base64!"
+            elif fault == "odd_base64":
+                whole = np.asarray(vectors[0], dtype="<f4").tobytes()
+                rows[0] = base64.b64encode(whole[:-1]).decode("ascii")  # not whole float32s
+        reply = self._reply(rows, shape)
         if fault == "missing_vectors":
             del reply[{"seed": "vectors", "openai": "data", "ollama": "embeddings"}[shape]]
         if fault == "non_json":
@@ -452,6 +469,11 @@ class FakeEmbeddingServer:
                 return
             handler.wfile.write(data[i : i + 4])
             handler.wfile.flush()
+
+
+def _base64(vector: list[float]) -> str:
+    """A vector as the contract's base64: little-endian float32 bytes."""
+    return base64.b64encode(np.asarray(vector, dtype="<f4").tobytes()).decode("ascii")
 
 
 def _error_body(shape: str, message: str) -> dict[str, Any]:
