@@ -162,6 +162,19 @@ class RagPG:
         options = {"path_prefix": path_prefix, "filters": filters, "level": level,
                    "node_type": node_type, "max_per_document": max_per_document,
                    "neighbours": neighbours, "expand": expand}
+        try:
+            return self._search(query, k, mode, collection, use_rerank, options)
+        except psycopg.OperationalError as exc:
+            if not self.source.owns_connections or not _connection_lost(exc):
+                raise
+            # The pool lends a recently used connection without a ping: if the server went
+            # away meanwhile, that connection is now discarded; a search is safe to repeat.
+            return self._search(query, k, mode, collection, use_rerank, options)
+
+    def _search(
+        self, query: str, k: int, mode: str | None, collection: str, use_rerank: bool,
+        options: dict[str, Any],
+    ) -> list[Hit]:
         with self.source.connection() as conn:
             for attempt in (1, 2):
                 info = self._collection_info(conn, collection, fresh=attempt > 1)
@@ -303,6 +316,12 @@ class RagPG:
         with self.source.connection() as conn, conn.transaction():
             self._checked(conn)
             return self.store.stats(conn, collection)
+
+
+def _connection_lost(exc: psycopg.OperationalError) -> bool:
+    """The server closed or restarted under the connection (not a timeout or a lock error)."""
+    state = exc.sqlstate
+    return state is None or state.startswith("08") or state in ("57P01", "57P02", "57P03")
 
 
 class _Checked:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -18,6 +19,9 @@ APPLICATION_NAME = "ragpg"
 
 # Settings for ragpg's own connections: a stuck peer never holds a lock forever.
 OWN_CONNECTION_OPTIONS = "-c idle_in_transaction_session_timeout=300000 -c lock_timeout=60000"
+
+# A pooled connection returned this recently is lent again without a ping (PoolSource._check).
+RECENTLY_USED_SECONDS = 2.0
 
 _registered: weakref.WeakSet[psycopg.Connection[Any]] = weakref.WeakSet()
 _registered_lock = threading.Lock()
@@ -71,10 +75,24 @@ class PoolSource:
             },
             open=False,
             timeout=connect_timeout,
-            check=ConnectionPool.check_connection,
+            check=self._check,
         )
         self._opened = False
         self._lock = threading.Lock()
+        self._returned: weakref.WeakKeyDictionary[psycopg.Connection[Any], float] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def _check(self, conn: psycopg.Connection[Any]) -> None:
+        """Ping a connection before lending it, unless it came back moments ago in good order:
+        back-to-back searches skip a round trip each. A server restart inside that moment costs
+        the next operation an OperationalError (a search retries once, see RagPG.search)."""
+        from psycopg_pool import ConnectionPool
+
+        returned = self._returned.get(conn)
+        if returned is not None and time.monotonic() - returned < RECENTLY_USED_SECONDS:
+            return
+        ConnectionPool.check_connection(conn)
 
     def _open(self) -> None:
         with self._lock:
@@ -93,9 +111,12 @@ class PoolSource:
         try:
             yield conn
         except BaseException as exc:
+            self._returned.pop(conn, None)
             cm.__exit__(type(exc), exc, exc.__traceback__)
             raise
         else:
+            if conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+                self._returned[conn] = time.monotonic()
             cm.__exit__(None, None, None)
 
     def dedicated(self) -> psycopg.Connection[Any]:

@@ -43,6 +43,11 @@ class Queries:
         params.update({k: sql.Literal(v) for k, v in literals.items()})
         return sql.SQL(_raw()[name]).format(**params)
 
+    def compose(self, name: str, **parts: sql.Composable) -> sql.Composed:
+        """A named fragment with SQL parts filled in (other fragments, literals): how the search
+        statement is assembled from pieces of queries.sql."""
+        return sql.SQL(_raw()[name]).format(schema=self._ident, **parts)
+
     def config(self, language: str) -> str:
         """The schema-qualified text search configuration for ``language``."""
         return f'"{self.schema}".{language}'

@@ -18,7 +18,7 @@ from .bm25 import BM25Params, keyword_query
 from .errors import ConfigError
 from .fuse import cap_per_document, rrf
 from .models import Chunk, Hit
-from .queries import Queries, _raw
+from .queries import Queries
 from .store import vector_kind
 
 MODES = ("hybrid", "vector", "keyword")
@@ -81,7 +81,6 @@ class Searcher:
 
     def __init__(self, schema: str = "ragpg"):
         self.q = Queries(schema)
-        self._ident = sql.Identifier(schema)
         self._iterative: bool | None = None
         self._statements: dict[tuple[Any, ...], sql.Composed] = {}
         # per connection: the hnsw.* values its session holds (see _run_in_session)
@@ -92,7 +91,7 @@ class Searcher:
     # -- SQL ------------------------------------------------------------------------------
 
     def _sql(self, name: str, **parts: sql.Composable) -> sql.Composed:
-        return sql.SQL(_raw()[name]).format(schema=self._ident, **parts)
+        return self.q.compose(name, **parts)
 
     def doc_filter(self, req: SearchRequest) -> sql.Composed:
         """The WHERE clause on ``d`` (document), the same for both legs; absent filters vanish

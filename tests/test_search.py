@@ -243,3 +243,17 @@ def test_index_settings_shape_the_hnsw_index_and_searches_follow_it(db_url, embe
 def test_index_settings_are_checked(key, value):
     with pytest.raises(ConfigError, match=key.split(".")[1]):
         Settings.load(environ={}, overrides={key: value})
+
+
+def test_a_search_survives_its_pooled_connection_being_killed(rag, db_url):
+    """The pool lends a just-returned connection without a ping; when the server dropped it
+    meanwhile (a restart, a failover, an admin's pg_terminate_backend) the search is retried
+    once on a fresh connection instead of failing."""
+    first = [h.chunk_id for h in rag.search("marmotte", 3)]
+    with psycopg.connect(db_url, autocommit=True) as admin:
+        killed = admin.execute(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
+            " WHERE application_name = 'ragpg' AND datname = current_database()"
+            " AND pid <> pg_backend_pid()").fetchone()[0]
+    assert killed >= 1
+    assert [h.chunk_id for h in rag.search("marmotte", 3)] == first
