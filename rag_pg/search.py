@@ -49,7 +49,7 @@ class SearchRequest:
     candidates: int = 40
     rrf_k: int = 60
     path_prefix: str | None = None
-    ef_search: int = 100
+    ef_search: int = 200
     front_matter: Mapping[str, Any] | None = None
     level: int | None = None
     node_type: str | None = None
