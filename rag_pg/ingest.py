@@ -13,7 +13,7 @@ from typing import Any
 
 import psycopg
 
-from . import failpoints, hierarchy, language
+from . import failpoints, language
 from .chunk import Chunker, embedding_text
 from .config import Settings
 from .db import ConnectionSource
@@ -22,7 +22,6 @@ from .embed.batching import embed_all
 from .errors import ConfigError, DocumentError, EmbeddingError, RagError, StoreError
 from .locks import collection_lock
 from .models import FailedDocument, IngestReport, SkippedFile
-from .parse import parse_document
 from .store import PreparedDocument, Store, fingerprint
 from .walk import WalkRules, walk
 
@@ -142,6 +141,8 @@ class Ingestor:
                     else:
                         report.documents_deleted = len(gone)
                 if not dry_run:
+                    from . import hierarchy
+
                     hierarchy.record_missing_parents(conn, self.store.schema, collection, report, seen)
                 status = "partial" if report.failures else "completed"
             finally:
@@ -166,6 +167,9 @@ class Ingestor:
         rules: WalkRules, states: dict[str, Any], report: IngestReport, *, full: bool,
         dry_run: bool, model: str | None,
     ) -> set[str]:
+        # Parsing (YAML, Markdown) is imported on first use: a no-change run never parses.
+        from .parse import parse_document
+
         seen: set[str] = set()
         pending = _Pending()
         size, overlap = self.settings.chunk.size, self.settings.chunk.overlap
