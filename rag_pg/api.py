@@ -176,8 +176,10 @@ class RagPG:
         options: dict[str, Any],
     ) -> list[Hit]:
         with self.source.connection() as conn:
+            newer_than = 0.0
             for attempt in (1, 2):
-                info = self._collection_info(conn, collection, fresh=attempt > 1)
+                info = self._collection_info(conn, collection, newer_than=newer_than)
+                newer_than = info.read_at + 1e-9  # a second attempt reads again (once)
                 prepare(conn)  # pgvector's types, once per connection
                 try:
                     return self._search_once(conn, query, k, mode, collection, info, use_rerank,
@@ -191,19 +193,21 @@ class RagPG:
             raise StoreError(f"collection {collection!r} keeps changing model; try again")
 
     def _collection_info(
-        self, conn: psycopg.Connection[Any], collection: str, *, fresh: bool = False
+        self, conn: psycopg.Connection[Any], collection: str, *, newer_than: float = 0.0
     ) -> _CollectionInfo:
         """The collection's model and size, read once per COLLECTION_INFO_TTL (a round trip
-        less per search); a savepoint, so a failure leaves a caller's transaction usable."""
+        less per search), or again when the cached one was read before ``newer_than``; a
+        savepoint, so a failure leaves a caller's transaction usable."""
         info = self._collections.get(collection)
-        if not fresh and info is not None and time.monotonic() - info.read_at < COLLECTION_INFO_TTL:
+        if (info is not None and info.read_at >= newer_than
+                and time.monotonic() - info.read_at < COLLECTION_INFO_TTL):
             return info
         with conn.transaction():
             self._checked(conn)
             bound = self.store.collection_model(conn, collection)
             row = conn.execute(
-                self.store.q("collection_small"),
-                {"collection": collection, "exact_limit": self.settings.retrieval.exact_limit},
+                self.searcher.small_collection(self.settings.retrieval.exact_limit),
+                {"collection": collection},
             ).fetchone()
             model, dimension = bound if bound else (None, None)
             kind = self.store.vector_index_kind(conn, model) if model else None
@@ -233,9 +237,9 @@ class RagPG:
                 )
             qvec = provider.embed("query", [query])[0]
         request = self._search_request(
-            query, k, mode, collection, qvec, model, dimension, **options
+            query, k, mode, collection, qvec, model, dimension, vector_kind=info.vector_kind,
+            **options,
         )
-        request = replace(request, vector_kind=info.vector_kind)
         if Searcher.whole_collection(request):
             request = replace(request, exact=info.small)
             if mode == "vector" and not use_rerank:
@@ -258,8 +262,9 @@ class RagPG:
             finally:
                 reranker.close()
         if not hits and model is not None:
-            # No row to carry the collection's model: make sure it did not just change.
-            now = self._collection_info(conn, collection, fresh=True)
+            # No row to carry the collection's model: make sure it did not just change (the
+            # re-read is cached, so a retry after StaleCollection does not read it again).
+            now = self._collection_info(conn, collection, newer_than=info.read_at + 1e-9)
             if (now.model, now.dimension) != expect:
                 raise StaleCollection(collection)
         return hits

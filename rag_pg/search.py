@@ -121,6 +121,13 @@ class Searcher:
         return {"candidates": candidates, "per_document": req.max_per_document or candidates,
                 "vec_fetch": candidates * overfetch, "exact_limit": req.exact_limit}
 
+    def small_collection(self, exact_limit: int) -> sql.Composed:
+        """Whether a whole collection is small enough for exact vector search: the decision
+        ``search_vector_scope`` makes inside a filtered search, as a statement of its own."""
+        scope = self._sql("search_vector_scope", doc_filter=self._sql("search_filter_collection"),
+                          exact_limit=sql.Literal(exact_limit))
+        return sql.SQL("WITH ") + scope + sql.SQL(" SELECT exact FROM vec_scope")
+
     def statement(self, req: SearchRequest) -> sql.Composed:
         """The search statement for the shape of ``req`` (built once per shape, then reused)."""
         key = (req.mode, req.exact, req.max_per_document, bool(normalise_prefix(req.path_prefix)),
@@ -243,15 +250,11 @@ class Searcher:
     ) -> list[Any]:
         """The search as one statement, one round trip: the HNSW settings (which only HNSW
         scans read) stay on ragpg's own session and are sent again only when they change."""
-        with conn.pipeline():
-            if self._session_hnsw.get(conn) != hnsw:
-                conn.execute(self.q("search_session_settings"),
-                             {"ef_search": hnsw[0], "iterative_scan": hnsw[1],
-                              "max_scan_tuples": hnsw[2]})
-            cur = conn.execute(stmt, params)
-        rows = cur.fetchall()
-        self._session_hnsw[conn] = hnsw
-        return rows
+        if self._session_hnsw.get(conn) != hnsw:
+            conn.execute(self.q("search_session_settings"),
+                         {"ef_search": hnsw[0], "iterative_scan": hnsw[1], "max_scan_tuples": hnsw[2]})
+            self._session_hnsw[conn] = hnsw
+        return conn.execute(stmt, params).fetchall()
 
 
 def validate(req: SearchRequest) -> None:

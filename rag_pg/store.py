@@ -111,10 +111,7 @@ class Store:
             self.ensure_vector_index(conn, model, dimension)
 
     def vector_index_exists(self, conn: psycopg.Connection[Any], model: str) -> bool:
-        row = conn.execute(
-            "SELECT to_regclass(%s) IS NOT NULL", (f'"{self.schema}".{vector_index_name(model)}',)
-        ).fetchone()
-        return bool(row and row[0])
+        return self.vector_index_kind(conn, model) is not None
 
     def ensure_vector_index(self, conn: psycopg.Connection[Any], model: str, dimension: int) -> None:
         """A partial HNSW index per model on the typed cast of the untyped column, built with

@@ -111,14 +111,6 @@ vec_scope AS (
           LIMIT {exact_limit} + 1) s
 )
 
--- name: collection_small
--- Whether a whole-collection vector search should be exact (as search_vector_scope decides
--- for filtered searches); read with the collection row, cached by the caller for a while.
-SELECT coalesce(sum(s.chunk_count), 0) <= %(exact_limit)s
-FROM (SELECT d.chunk_count FROM {schema}.document d
-      WHERE d.collection = %(collection)s AND d.embed AND d.chunk_count > 0
-      LIMIT %(exact_limit)s + 1) s;
-
 -- name: search_vector_scope_given
 -- The caller already knows (an unfiltered search of a collection whose size it has read).
 vec_scope AS (SELECT %(exact)s::boolean AS exact)
