@@ -39,7 +39,10 @@ SHARED_BENCH ?= $(abspath $(CURDIR)/../shared/bench)
 bench: install
 	$(PY) bench/bench.py $(BENCH_ARGS)
 
+# Bytecode as an installed package has it (pip compiles on install; an editable install under
+# PYTHONDONTWRITEBYTECODE would recompile every module in every measured process).
 bench-peers: install
+	$(PY) -m compileall -q rag_pg
 	@if [ -d $(SHARED_BENCH) ]; then \
 		RAGBENCH_DIR=$(SHARED_BENCH) $(SHARED_BENCH)/run_all.sh --results $(BENCH_PEERS_RESULTS) \
 			--adapter ragpg=$(CURDIR)/$(PY):$(CURDIR)/bench/ragpg_adapter.py \

@@ -241,11 +241,10 @@ class RagPG:
             **options,
         )
         if Searcher.whole_collection(request):
-            request = replace(request, exact=info.small)
-            if mode == "vector" and not use_rerank:
-                # Nothing to fuse or rerank: k rows are enough (the index's breadth is
-                # ef_search; with a filter, the extra rows also widen the iterative scan).
-                request = replace(request, candidates=k)
+            # Nothing to fuse or rerank: k rows are enough (the index's breadth is ef_search;
+            # with a filter, the extra rows also widen the iterative scan).
+            fetch = k if mode == "vector" and not use_rerank else request.candidates
+            request = replace(request, exact=info.small, candidates=fetch)
         expect = (model, dimension)
         own = self.source.owns_connections
         if not use_rerank:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -26,6 +26,10 @@ from .store import PreparedDocument, Store, fingerprint
 from .walk import WalkRules, walk
 
 WRITE_GROUP_DOCUMENTS = 64  # documents per write transaction (each document stays atomic)
+# Planner statistics are refreshed after a run that wrote at least this many chunks and at
+# least a tenth of the collection (autovacuum's own analyze threshold is a tenth of a table).
+STATISTICS_MIN_CHUNKS = 500
+STATISTICS_SHARE = 0.1
 
 ProgressFn = Callable[[str, dict[str, Any]], None]
 
@@ -151,6 +155,8 @@ class Ingestor:
                         self.store.ensure_vector_index(conn, model, dimension)
                     except psycopg.Error:
                         pass  # the next run creates it (IF NOT EXISTS); search is exact meanwhile
+                if not dry_run and changed_much(report, states):
+                    self.store.refresh_statistics(conn)
                 report.duration_seconds = time.monotonic() - started
                 if report.run_id is not None:
                     try:
@@ -167,9 +173,6 @@ class Ingestor:
         rules: WalkRules, states: dict[str, Any], report: IngestReport, *, full: bool,
         dry_run: bool, model: str | None,
     ) -> set[str]:
-        # Parsing (YAML, Markdown) is imported on first use: a no-change run never parses.
-        from .parse import parse_document
-
         seen: set[str] = set()
         pending = _Pending()
         size, overlap = self.settings.chunk.size, self.settings.chunk.overlap
@@ -194,6 +197,9 @@ class Ingestor:
                     self.progress("document", {"path": item.path, "status": "unchanged", "report": report})
                     continue
                 try:
+                    # Parsing (YAML, Markdown) is imported here: a no-change run never parses.
+                    from .parse import parse_document
+
                     document = parse_document(item.path, item.data, item.text)
                     embeds = model is not None and document.embed
                     fp = fingerprint(size, overlap, model if embeds else None)
@@ -393,6 +399,13 @@ class Ingestor:
                              timeout=self.settings.database.lock_timeout, source=self.source,
                              warn=self.warn):
             yield
+
+
+def changed_much(report: IngestReport, states: Mapping[str, Any]) -> bool:
+    """Whether a run wrote enough of its collection for the planner's statistics to be stale."""
+    written = report.chunks_upserted + report.chunks_deleted
+    before = sum(state.chunk_count for state in states.values())
+    return written >= STATISTICS_MIN_CHUNKS and written >= STATISTICS_SHARE * before
 
 
 def _embedding_message(exc: EmbeddingError) -> str:

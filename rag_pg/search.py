@@ -4,12 +4,12 @@
 from __future__ import annotations
 
 import re
+import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import psycopg
 from psycopg import sql
 from psycopg.types.json import Jsonb
@@ -21,11 +21,15 @@ from .models import Chunk, Hit
 from .queries import Queries
 from .store import vector_kind
 
+if TYPE_CHECKING:
+    import numpy as np
+
 MODES = ("hybrid", "vector", "keyword")
 LANGUAGES = ("french", "english", "simple")  # text search configurations, in the SQL's order
 EXPANSIONS = ("parent", "children")
 MAX_EF_SEARCH = 1000  # pgvector's upper bound for hnsw.ef_search
 PER_DOCUMENT_OVERFETCH = 4  # HNSW rows fetched per candidate slot when hits are capped per file
+SHARED_INDEX_MEMORY_SECONDS = 300.0  # how long a crowded collection searches iteratively first
 
 Reranker = Callable[[list[Hit]], list[Hit]]
 
@@ -83,6 +87,9 @@ class Searcher:
         self.q = Queries(schema)
         self._iterative: bool | None = None
         self._statements: dict[tuple[Any, ...], sql.Composed] = {}
+        self._statement_bytes: dict[tuple[Any, ...], bytes] = {}
+        # (collection, model) -> when a plain index scan came back short (see _plain_scan_first)
+        self._shared_index: dict[tuple[str, str | None], float] = {}
         # per connection: the hnsw.* values its session holds (see _run_in_session)
         self._session_hnsw: weakref.WeakKeyDictionary[psycopg.Connection[Any], tuple[str, str, str]] = (
             weakref.WeakKeyDictionary()
@@ -130,6 +137,20 @@ class Searcher:
 
     def statement(self, req: SearchRequest) -> sql.Composed:
         """The search statement for the shape of ``req`` (built once per shape, then reused)."""
+        return self._composed(req)[1]
+
+    def statement_bytes(self, req: SearchRequest, conn: psycopg.Connection[Any]) -> bytes:
+        """:meth:`statement` serialised once per shape and encoding: psycopg would walk the
+        composed tree again on every execute, a cost of the same order as the query itself."""
+        key, composed = self._composed(req)
+        text = self._statement_bytes.get((key, conn.info.encoding))
+        if text is None:
+            text = composed.as_bytes(conn)
+            self._statement_bytes[(key, conn.info.encoding)] = text
+        return text
+
+    def _composed(self, req: SearchRequest) -> tuple[tuple[Any, ...], sql.Composed]:
+        """The shape of ``req`` (what its statement depends on) and that statement."""
         key = (req.mode, req.exact, req.max_per_document, bool(normalise_prefix(req.path_prefix)),
                bool(req.front_matter), req.level is not None, req.node_type is not None,
                req.neighbours > 0, req.expand, req.model, req.dimension, req.vector_kind,
@@ -138,8 +159,9 @@ class Searcher:
         if stmt is None:
             if len(self._statements) >= 256:
                 self._statements.clear()
+                self._statement_bytes.clear()
             stmt = self._statements[key] = self._compose(req)
-        return stmt
+        return key, stmt
 
     def _compose(self, req: SearchRequest) -> sql.Composed:
         where = self.doc_filter(req)
@@ -226,26 +248,56 @@ class Searcher:
         if req.mode in ("hybrid", "vector") and not self.check_pgvector(conn):
             # Without iterative scans a filtered HNSW scan can return too few rows: go exact.
             req = replace(req, exact_limit=2**30, exact=None if req.exact is None else True)
-        stmt = self.statement(req)
+        stmt = self.statement_bytes(req, conn)
         params = self.params(req)
-        hnsw = (str(min(MAX_EF_SEARCH, max(req.ef_search, self.counts(req)["vec_fetch"]))),
-                req.iterative_scan, str(req.max_scan_tuples))
-        if own_session and req.mode == "vector" and conn.autocommit:
-            rows = self._run_in_session(conn, stmt, params, hnsw)
-        else:
-            settings = {"ef_search": hnsw[0], "iterative_scan": hnsw[1], "max_scan_tuples": hnsw[2],
-                        "enable_seqscan": "off" if req.mode in ("hybrid", "keyword") else "on"}
-            with conn.pipeline():  # one round trip: BEGIN, settings, search, COMMIT
-                with conn.transaction():
-                    conn.execute(self.q("search_settings"), settings)
-                    cur = conn.execute(stmt, params)
-                rows = cur.fetchall()
+        vec_fetch = self.counts(req)["vec_fetch"]
+        ef = min(MAX_EF_SEARCH, max(req.ef_search, vec_fetch))
+        plain_first = self._plain_scan_first(req, vec_fetch, ef)
+        rows = self._execute(conn, req, stmt, params, own_session,
+                             (str(ef), "off" if plain_first else req.iterative_scan,
+                              str(req.max_scan_tuples)))
+        if plain_first and sum(1 for r in rows if r[1] is not None) < vec_fetch:
+            # Vectors of other collections sharing the model's index took places among the
+            # nearest: search again with pgvector's iterative scan, which goes on past them,
+            # and start with it for this collection a while.
+            self._shared_index[(req.collection, req.model)] = time.monotonic()
+            rows = self._execute(conn, req, stmt, params, own_session,
+                                 (str(ef), req.iterative_scan, str(req.max_scan_tuples)))
         if expect is not None and rows and (rows[0][17], rows[0][18]) != expect:
             raise StaleCollection(req.collection)
         return shape(rows, req, reranker=reranker)
 
+    def _plain_scan_first(self, req: SearchRequest, vec_fetch: int, ef: int) -> bool:
+        """Whether a whole-collection index search may first run without iterative scan.
+
+        Iterative scans cost ~15% of an HNSW query even when nothing is filtered out (measured
+        with pgvector 0.8 on 20k chunks), and a collection alone in its model's index filters
+        nothing: the plain scan then returns the same rows. When other collections' vectors
+        crowd it out, :meth:`run` sees fewer rows than asked and searches again iteratively.
+        """
+        if (req.mode not in ("hybrid", "vector") or req.exact is not False
+                or req.iterative_scan == "off" or req.max_per_document
+                or not self.whole_collection(req) or vec_fetch > ef):
+            return False
+        crowded = self._shared_index.get((req.collection, req.model))
+        return crowded is None or time.monotonic() - crowded > SHARED_INDEX_MEMORY_SECONDS
+
+    def _execute(
+        self, conn: psycopg.Connection[Any], req: SearchRequest, stmt: bytes,
+        params: dict[str, Any], own_session: bool, hnsw: tuple[str, str, str],
+    ) -> list[Any]:
+        if own_session and req.mode == "vector" and conn.autocommit:
+            return self._run_in_session(conn, stmt, params, hnsw)
+        settings = {"ef_search": hnsw[0], "iterative_scan": hnsw[1], "max_scan_tuples": hnsw[2],
+                    "enable_seqscan": "off" if req.mode in ("hybrid", "keyword") else "on"}
+        with conn.pipeline():  # one round trip: BEGIN, settings, search, COMMIT
+            with conn.transaction():
+                conn.execute(self.q("search_settings"), settings)
+                cur = conn.execute(stmt, params)
+            return cur.fetchall()
+
     def _run_in_session(
-        self, conn: psycopg.Connection[Any], stmt: sql.Composed, params: dict[str, Any],
+        self, conn: psycopg.Connection[Any], stmt: bytes, params: dict[str, Any],
         hnsw: tuple[str, str, str],
     ) -> list[Any]:
         """The search as one statement, one round trip: the HNSW settings (which only HNSW

@@ -5,9 +5,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import psycopg
 from psycopg.types.json import Jsonb
 
@@ -15,6 +14,9 @@ from .config import IndexSettings
 from .errors import DimensionMismatch, StoreError
 from .models import Chunk, Document
 from .queries import Queries
+
+if TYPE_CHECKING:
+    import numpy as np
 
 HALFVEC_THRESHOLD = 2000  # pgvector's HNSW limit for vector; above it the index uses halfvec
 
@@ -137,6 +139,17 @@ class Store:
             conn.execute("SELECT set_config('maintenance_work_mem', %s, true)",
                          (self.index.build_memory.replace(" ", ""),))
             conn.execute(stmt)
+
+    def refresh_statistics(self, conn: psycopg.Connection[Any]) -> bool:
+        """ANALYZE the tables an ingest filled. Until autovacuum gets to them the planner may
+        take a freshly loaded collection for a tiny one and search it exactly, a sequential
+        scan instead of the HNSW index. Best effort: False when it could not run."""
+        try:
+            with conn.transaction():  # a savepoint inside a caller's transaction
+                conn.execute(self.q("analyze_tables"))
+        except psycopg.Error:
+            return False
+        return True
 
     def vector_index_kind(self, conn: psycopg.Connection[Any], model: str) -> str | None:
         """``vector`` or ``halfvec``: the type the model's index casts to (searches must cast to

@@ -122,6 +122,15 @@ def embed_server() -> Iterator[object]:
 
 
 @pytest.fixture
+def server() -> Iterator[object]:
+    """A 16-dimension fake embedding service (the embedding client tests' default)."""
+    from rag_pg.testing.embedserver import FakeEmbeddingServer
+
+    with FakeEmbeddingServer(dim=16) as fake:
+        yield fake
+
+
+@pytest.fixture
 def corpus(tmp_path: Path) -> Path:
     """A copy of the sample corpus shipped in examples/."""
     target = tmp_path / "corpus"

@@ -23,12 +23,6 @@ def b64(values: list[float]) -> str:
 
 
 @pytest.fixture
-def server() -> Iterator[FakeEmbeddingServer]:
-    with FakeEmbeddingServer(dim=16) as srv:
-        yield srv
-
-
-@pytest.fixture
 def provider(server: FakeEmbeddingServer) -> Iterator[HttpEmbeddingProvider]:
     with HttpEmbeddingProvider(server.url, timeout=5.0) as made:
         yield made

@@ -25,12 +25,6 @@ Factory = Callable[..., HttpEmbeddingProvider]
 
 
 @pytest.fixture
-def server() -> Iterator[FakeEmbeddingServer]:
-    with FakeEmbeddingServer(dim=16) as srv:
-        yield srv
-
-
-@pytest.fixture
 def make() -> Iterator[Factory]:
     """Providers built in a test are closed after it (no leaked sockets)."""
     made: list[HttpEmbeddingProvider] = []
@@ -144,6 +138,7 @@ def test_threads_share_one_provider(server: FakeEmbeddingServer, make: Factory) 
     for t in threads:
         t.join()
     assert failures == [] and server.calls == 120
+    assert server.connections <= 8  # kept-alive connections, shared by the threads
 
 
 def test_base_path_is_kept(make: Factory) -> None:

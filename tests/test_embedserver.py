@@ -20,12 +20,6 @@ from rag_pg.testing.embedserver import FAULTS, FakeEmbeddingServer, fake_vector
 
 
 @pytest.fixture
-def server() -> Iterator[FakeEmbeddingServer]:
-    with FakeEmbeddingServer(dim=16) as srv:
-        yield srv
-
-
-@pytest.fixture
 def client() -> Iterator[httpx.Client]:
     with httpx.Client(timeout=5.0, trust_env=False) as c:
         yield c

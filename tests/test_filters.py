@@ -4,6 +4,8 @@ at 50%, 10%, 1% and 0.1% selectivity, through HNSW iterative scans and through e
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,7 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from rag_pg import RagPG, Settings
+from rag_pg.testing.embedserver import FakeEmbeddingServer
 
 N_DOCS = 1000
 SELECTIVITY = {"half": 2, "tenth": 10, "hundredth": 100, "thousandth": 1000}  # every n-th doc
@@ -49,13 +52,14 @@ def big(db_url: str, embed_server: Any, tmp_path: Path) -> Any:
         yield rag
 
 
-def exact_top(db_url: str, rag: RagPG, query: str, where: dict[str, Any], k: int) -> list[int]:
+def exact_top(db_url: str, rag: RagPG, query: str, where: dict[str, Any], k: int,
+              collection: str = "default") -> list[int]:
     qvec = rag.provider.embed("query", [query])[0]
     with psycopg.connect(db_url) as conn:
         rows = conn.execute(
             "SELECT cv.chunk_id, cv.embedding::text FROM ragpg.chunk_vector cv"
             " JOIN ragpg.chunk c ON c.id = cv.chunk_id JOIN ragpg.document d ON d.id = c.document_id"
-            " WHERE d.collection = 'default' AND d.front_matter @> %s", (Jsonb(where),)
+            " WHERE d.collection = %s AND d.front_matter @> %s", (collection, Jsonb(where))
         ).fetchall()
     vectors = np.array([json.loads(r[1]) for r in rows], dtype=np.float64)
     if not len(rows):
@@ -118,3 +122,82 @@ def test_collection_is_a_filter_of_both_legs(big):
         assert {h.collection for h in a} == {"default"} and {h.collection for h in b} == {"tenant-b"}
         assert len(b) == 5 and all(h.path.startswith("doc") for h in b)  # ingested from some/
         assert any(not h.path.startswith("some/") for h in a)
+
+
+def test_a_collection_scan_goes_iterative_only_when_other_collections_crowd_it(
+    big, db_url, tmp_path, monkeypatch
+):
+    """A whole-collection index search first runs without pgvector's iterative scan (cheaper,
+    the same rows when nothing is filtered out). A collection whose nearest vectors in the
+    shared index belong to another collection comes back short: it is searched again
+    iteratively, and starts iteratively from then on. Either way the hits are those of an
+    iterative-only search."""
+    overrides = {"retrieval.exact_limit": 0, "retrieval.ef_search": 10}
+    scans: list[str] = []
+
+    @contextmanager
+    def spied(settings: Settings) -> Iterator[RagPG]:
+        # Small tables: statistics and no bitmap scans, so the planner walks the HNSW index.
+        with psycopg.connect(db_url, autocommit=True) as conn:
+            conn.execute("ANALYZE ragpg.chunk_vector")
+            conn.execute("SET enable_bitmapscan = off")
+            with RagPG(conn, settings) as rag:
+                execute = rag.searcher._execute
+
+                def spy(conn: Any, req: Any, stmt: Any, params: Any, own: bool, hnsw: Any) -> Any:
+                    scans.append(hnsw[1])
+                    return execute(conn, req, stmt, params, own, hnsw)
+
+                monkeypatch.setattr(rag.searcher, "_execute", spy)
+                yield rag
+
+    def search(rag: RagPG, collection: str) -> list[str]:
+        """The scans one search ran; its hits are checked against an iterative-only search."""
+        scans.clear()
+        hits = rag.search("réseau disque", 10, mode="hybrid", collection=collection)
+        ran = list(scans)
+        with monkeypatch.context() as patch:
+            patch.setattr(rag.searcher, "_plain_scan_first", lambda *args: False)
+            reference = rag.search("réseau disque", 10, mode="hybrid", collection=collection)
+        assert len(hits) == 10 and {h.collection for h in hits} == {collection}
+        assert [h.chunk_id for h in hits] == [h.chunk_id for h in reference]
+        return ran
+
+    # Alone in its model's index: one plain scan, never more.
+    with FakeEmbeddingServer(dim=64, model="other-64") as other:
+        solo_settings = big.settings.with_overrides(**overrides, **{"embedding.url": other.url})
+        with RagPG(db_url, solo_settings) as solo:
+            solo.ingest(tmp_path / "big", collection="solo")
+        with spied(solo_settings) as solo:
+            assert search(solo, "solo") == ["off"]
+            assert search(solo, "solo") == ["off"]
+    # Near twins of every document (one word more) in another collection of the same model:
+    # about half the nearest rows of the shared index are not ours.
+    crowd = tmp_path / "crowd"
+    for i, source in enumerate(sorted((tmp_path / "big").rglob("*.md"))):
+        target = crowd / source.relative_to(tmp_path / "big")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(source.read_text(encoding="utf-8") + f" twin{i}\n", encoding="utf-8")
+    big.ingest(crowd, collection="crowd")
+    with spied(big.settings.with_overrides(**overrides)) as rag:
+        assert search(rag, "default") == ["off", "relaxed_order"]
+        assert search(rag, "default") == ["relaxed_order"]
+
+
+def test_a_bulk_load_leaves_fresh_planner_statistics(big, db_url, tmp_path):
+    """Before autovacuum analyzes a freshly loaded collection the planner takes it for a tiny
+    one and searches it exactly (a sequential scan): an ingest that wrote a large share of the
+    collection runs ANALYZE itself (analyze_count counts manual ANALYZEs, not autovacuum's);
+    a small change leaves that to autovacuum."""
+
+    def analyzed() -> int:
+        with psycopg.connect(db_url) as conn:
+            return int(conn.execute(
+                "SELECT analyze_count FROM pg_stat_user_tables"
+                " WHERE schemaname = 'ragpg' AND relname = 'chunk_vector'").fetchone()[0])
+
+    after_load = analyzed()
+    assert after_load >= 1  # the fixture's cold load of 1,000 documents
+    (tmp_path / "big" / "bulk1" / "doc0001.md").write_text("# Doc 1\n\nnoyau\n", encoding="utf-8")
+    assert big.ingest(tmp_path / "big").chunks_upserted == 1
+    assert analyzed() == after_load

@@ -1,6 +1,6 @@
 """What a process pays for before it does anything: a no-change re-ingest or a search must not
-load the migration tools (Alembic, SQLAlchemy: ~0.5 s), the HTTP client (httpx: ~0.1 s) or
-the Markdown/YAML parser. They come in with the operations that need them."""
+load the migration tools (Alembic, SQLAlchemy: ~0.5 s), the HTTP client (httpx: ~0.1 s), the
+Markdown/YAML parser or numpy (~0.1 s). They come in with the operations that need them."""
 
 from __future__ import annotations
 
@@ -8,10 +8,11 @@ import json
 import subprocess
 import sys
 
-HEAVY = ("alembic", "sqlalchemy", "httpx", "yaml", "rag_pg.parse", "rag_pg.migrate")
+HEAVY = ("alembic", "sqlalchemy", "httpx", "yaml", "numpy", "rag_pg.parse", "rag_pg.migrate")
 
 
 def loaded_after(code: str) -> list[str]:
+    """The heavy modules a fresh interpreter holds after running ``code``."""
     probe = f"import sys, json\n{code}\nprint(json.dumps([m for m in {HEAVY!r} if m in sys.modules]))"
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -22,6 +23,26 @@ def test_importing_the_library_loads_none_of_the_heavy_modules():
 
 
 def test_they_load_when_an_operation_needs_them():
-    assert loaded_after("import rag_pg.embed.http") == ["httpx"]
+    assert "httpx" in loaded_after("import rag_pg.embed.http")
     assert set(loaded_after("from rag_pg.api import RagPG; from rag_pg import migrate")) >= {
         "alembic", "sqlalchemy", "rag_pg.migrate"}
+    assert "numpy" in loaded_after("from rag_pg.embed import validate_vectors;"
+                                   " validate_vectors([[1.0]], count=1, dimension=1)")
+
+
+def test_a_no_change_reingest_loads_none_of_them(db_url, embed_server, corpus):
+    from rag_pg import RagPG, Settings
+
+    overrides = {"embedding.provider": "http", "embedding.url": embed_server.url}
+    with RagPG(db_url, Settings.load(environ={}, overrides=overrides)) as rag:
+        rag.init()
+        assert rag.ingest(corpus).documents_indexed > 0
+    code = (
+        "from rag_pg import RagPG, Settings\n"
+        f"settings = Settings.load(environ={{}}, overrides={overrides!r})\n"
+        f"with RagPG({db_url!r}, settings) as rag:\n"
+        f"    report = rag.ingest({str(corpus)!r})\n"
+        "assert report.documents_indexed == 0 and report.documents_skipped > 0, report\n"
+    )
+    # The HTTP provider itself is built (httpx comes with it) but never called.
+    assert loaded_after(code) == ["httpx"]

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-import base64
 import binascii
 import math
 import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, Literal, Protocol
-
-import numpy as np
-import numpy.typing as npt
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from rag_pg.errors import EmbeddingError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
 
 EmbedType = Literal["query", "passage"]
 EMBED_TYPES: tuple[str, ...] = ("query", "passage")
@@ -124,6 +124,8 @@ def validate_vectors(raw: object, *, count: int, dimension: int | None) -> npt.N
     may be a list of numbers or a base64 string of little-endian float32 (``/embed`` with
     ``"encoding": "base64"``); both go through the same checks.
     """
+    import numpy as np  # on first use: a no-change run never moves a vector
+
     if isinstance(raw, np.ndarray):
         array = _from_ndarray(raw, count)
     elif isinstance(raw, list):
@@ -137,18 +139,20 @@ def validate_vectors(raw: object, *, count: int, dimension: int | None) -> npt.N
         raise EmbeddingError.malformed("vectors are empty (dimension 0)")
     if dimension is not None and width != dimension:
         raise EmbeddingError.malformed(f"vectors have dimension {width}, expected {dimension}")
-    finite = np.isfinite(array).all(axis=1)
-    if not finite.all():
-        bad = int(np.argmin(finite))
+    if not np.isfinite(array).all():
+        bad = int(np.argmin(np.isfinite(array).all(axis=1)))
         raise EmbeddingError.malformed(f"vector {bad} holds NaN or infinite values")
-    norms = np.linalg.norm(array.astype(np.float64), axis=1)
-    if not (norms > 0).all():
-        bad = int(np.argmin(norms > 0))
+    # Finite values: the norm is zero exactly when every coordinate is (no float64 copy).
+    directed = array.any(axis=1)
+    if not directed.all():
+        bad = int(np.argmin(directed))
         raise EmbeddingError.malformed(f"vector {bad} is all zeros (no direction)")
     return np.ascontiguousarray(array, dtype=np.float32)
 
 
 def _from_ndarray(raw: npt.NDArray[Any], count: int) -> npt.NDArray[np.float32]:
+    import numpy as np
+
     if raw.ndim != 2:
         raise EmbeddingError.malformed(f"vectors array has {raw.ndim} dimensions, expected 2")
     if raw.shape[0] != count:
@@ -160,6 +164,8 @@ def _from_ndarray(raw: npt.NDArray[Any], count: int) -> npt.NDArray[np.float32]:
 
 
 def _from_list(raw: list[Any], count: int) -> npt.NDArray[np.float32]:
+    import numpy as np
+
     if len(raw) != count:
         raise EmbeddingError.malformed(f"expected {count} vectors, got {len(raw)}")
     if any(isinstance(row, str) for row in raw):
@@ -195,6 +201,8 @@ def _from_rows(raw: list[Any]) -> npt.NDArray[np.float32]:
     Decoding with ``frombuffer`` skips building and checking a Python float per value, the
     reason the contract lets a service answer in base64; a list row still gets every check.
     """
+    import numpy as np
+
     rows: list[npt.NDArray[np.float32]] = []
     for i, row in enumerate(raw):
         if isinstance(row, str):
@@ -210,13 +218,15 @@ def _from_rows(raw: list[Any]) -> npt.NDArray[np.float32]:
                 f"vector {i} has dimension {len(array)}, vector 0 has {len(rows[0])}"
             )
         rows.append(array)
-    return np.stack(rows)
+    return rows[0].reshape(1, -1) if len(rows) == 1 else np.stack(rows)
 
 
 def decode_base64_vector(text: str, index: int) -> npt.NDArray[np.float32]:
     """One vector sent as base64 of little-endian float32, or malformed (never echoing it)."""
+    import numpy as np
+
     try:
-        data = base64.b64decode(text, validate=True)
+        data = binascii.a2b_base64(text, strict_mode=True)
     except (binascii.Error, ValueError):
         raise EmbeddingError.malformed(
             f"vector {index} is a string that is not valid base64"
@@ -225,7 +235,8 @@ def decode_base64_vector(text: str, index: int) -> npt.NDArray[np.float32]:
         raise EmbeddingError.malformed(
             f"vector {index} is {len(data)} bytes of base64, not a whole number of float32"
         )
-    return np.frombuffer(data, dtype="<f4").astype(np.float32, copy=False)
+    # A bytearray, so the vector is writable like any other the provider returns.
+    return np.frombuffer(bytearray(data), dtype="<f4").astype(np.float32, copy=False)
 
 
 def type_name(value: object) -> str:

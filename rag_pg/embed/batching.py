@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import concurrent.futures
 from collections.abc import Callable, Sequence
-
-import numpy as np
-import numpy.typing as npt
+from typing import TYPE_CHECKING
 
 from rag_pg.chunk import estimate_tokens
 from rag_pg.embed.base import EmbeddingProvider, EmbedType
 from rag_pg.errors import EmbeddingError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
 
 
 def plan_batches(
@@ -57,6 +59,8 @@ def embed_all(
     """
     ranges = plan_batches(texts, max_count=batch_size, max_tokens=batch_tokens)
     if not ranges:
+        import numpy as np
+
         return np.zeros((0, 0), dtype=np.float32)
     parts: list[npt.NDArray[np.float32] | None] = [None] * len(ranges)
     if concurrency <= 1 or len(ranges) == 1:
@@ -97,4 +101,8 @@ def _stack(parts: list[npt.NDArray[np.float32] | None]) -> npt.NDArray[np.float3
     ready = [p for p in parts if p is not None]
     if len(ready) != len(parts):  # a cancelled batch without an error: cannot happen
         raise EmbeddingError.unavailable("an embedding batch was not completed")
-    return ready[0] if len(ready) == 1 else np.concatenate(ready)
+    if len(ready) == 1:
+        return ready[0]
+    import numpy as np
+
+    return np.concatenate(ready)

@@ -19,14 +19,15 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
-
-import numpy as np
-import numpy.typing as npt
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from rag_pg.config import EmbeddingSettings
 from rag_pg.embed.base import EmbeddingProvider, EmbedType, ProviderUnavailable, call_deadline
 from rag_pg.errors import EmbeddingError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
 
 Identity = tuple[str, int | None]
 T = TypeVar("T")

@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
-import numpy as np
-import numpy.typing as npt
 
 from rag_pg.embed.base import EmbedType, check_request, type_name, validate_vectors
 from rag_pg.embed.transport import (
@@ -20,6 +18,10 @@ from rag_pg.embed.transport import (
     redact_url,
 )
 from rag_pg.errors import ConfigError, EmbeddingError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
 
 __all__ = ["HttpEmbeddingProvider", "parse_service_url", "redact_url"]
 
@@ -90,7 +92,11 @@ class HttpEmbeddingProvider(JsonService):
         check_request(type, texts)
         step = self._batch_size or len(texts)
         parts = [self._embed_batch(type, texts[i : i + step]) for i in range(0, len(texts), step)]
-        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+        if len(parts) == 1:
+            return parts[0]
+        import numpy as np
+
+        return np.concatenate(parts)
 
     def health(self) -> dict[str, Any]:
         """Ask the service for its status; also teaches the provider the model and dimension."""

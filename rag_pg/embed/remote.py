@@ -6,15 +6,17 @@ import base64
 import binascii
 import threading
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
-import numpy as np
-import numpy.typing as npt
 
 from rag_pg.embed.base import EmbedType, check_request, type_name, validate_vectors
 from rag_pg.embed.transport import DEFAULT_MAX_RESPONSE_BYTES, JsonService, compact
 from rag_pg.errors import ConfigError, EmbeddingError
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
 
 OPENAI_URL = "https://api.openai.com/v1"
 OLLAMA_URL = "http://127.0.0.1:11434"
@@ -95,7 +97,11 @@ class _NamedModelService(JsonService):
         sent = [prefix + t for t in texts] if prefix else list(texts)
         step = self._batch_size or len(sent)
         parts = [self._embed_batch(sent[i : i + step]) for i in range(0, len(sent), step)]
-        return parts[0] if len(parts) == 1 else np.concatenate(parts)
+        if len(parts) == 1:
+            return parts[0]
+        import numpy as np
+
+        return np.concatenate(parts)
 
     def health(self) -> dict[str, Any]:
         """Embed one probe text: proves the model answers and teaches its dimension."""
@@ -196,6 +202,8 @@ class OpenAIEmbeddingProvider(_NamedModelService):
             raise self._malformed(f"data[{position}].embedding is neither numbers nor base64") from None
         if len(raw) % 4:
             raise self._malformed(f"data[{position}].embedding is not float32 base64")
+        import numpy as np
+
         return [float(v) for v in np.frombuffer(raw, dtype="<f4")]
 
 

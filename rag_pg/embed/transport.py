@@ -1,7 +1,8 @@
-"""HTTP plumbing shared by the remote providers: one client, capped bodies, failures classified."""
+"""HTTP plumbing shared by the remote providers: one wire, capped bodies, failures classified."""
 
 from __future__ import annotations
 
+import base64
 import email.utils
 import json
 import math
@@ -13,6 +14,7 @@ from typing import Any
 import httpx
 
 from rag_pg.embed.base import ProviderUnavailable, time_left
+from rag_pg.embed.wire import Exchange, Wire, WireError, open_wire
 from rag_pg.errors import ConfigError, EmbeddingError
 
 DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024 * 1024
@@ -69,10 +71,10 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
 class JsonService:
     """A JSON-over-HTTP service: every failure becomes one EmbeddingError kind.
 
-    One ``httpx.Client`` is shared by all calls (connection reuse, thread-safe, so several
-    batches can be in flight), redirects are never followed, and the response body is
-    size-capped and deadline-bound so a hostile or broken service can neither exhaust memory
-    nor hang an ingest. Credentials never appear in a message (G5).
+    One wire is shared by all calls (kept-alive connections, thread-safe, so several batches
+    can be in flight), redirects are never followed, and the response body is size-capped
+    and deadline-bound so a hostile or broken service can neither exhaust memory nor hang an
+    ingest. Credentials never appear in a message (G5).
     """
 
     #: statuses that mean "this input is refused" (never retried); subclasses widen it.
@@ -88,76 +90,78 @@ class JsonService:
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
     ) -> None:
         parsed = parse_service_url(url)
+        if api_key and any(c in api_key for c in "\r\n\0"):
+            raise ConfigError("embedding.api_key holds a line break or NUL: check its value")
         if timeout <= 0:
             raise ConfigError(f"embedding.timeout must be positive, got {timeout}")
-        # Credentials leave the URL (so no httpx message or request repr can show them) and
-        # travel as a header: basic auth from user:password@, or the API key, which wins.
+        # Credentials leave the URL (so no message or request repr can show them) and travel
+        # as a header: basic auth from user:password@, or the API key, which wins.
         self._base = parsed.copy_with(userinfo=b"")
-        self._auth: httpx.Auth | None = None
-        if parsed.userinfo and not api_key:
-            self._auth = httpx.BasicAuth(parsed.username, parsed.password)
+        self._headers = {"Accept": "application/json", "Accept-Encoding": "identity"}
+        if api_key:
+            self._headers["Authorization"] = f"Bearer {api_key}"
+        elif parsed.userinfo:
+            self._headers["Authorization"] = basic_auth(parsed.username, parsed.password)
         self.url = redact_url(self._base)
         self._timeout = timeout
         self._transport = transport
-        self._api_key = api_key
         self._max_bytes = max_response_bytes
         # Scrub both spellings of the password (decoded and as typed) and the key, when long
         # enough that replacing them cannot mangle an ordinary message.
         raw_password = parsed.userinfo.decode("ascii", "replace").partition(":")[2]
         candidates = (parsed.password, raw_password, api_key)
         self._secrets = sorted({s for s in candidates if s and len(s) >= 4}, key=len, reverse=True)
+        self._urls: dict[str, httpx.URL] = {}
         self._lock = threading.Lock()
-        self._client: httpx.Client | None = None
+        self._wire: Wire | None = None
         self._closed = False
 
     def close(self) -> None:
-        """Close the shared connection pool; later calls fail as unavailable."""
+        """Close the shared connections; later calls fail as unavailable."""
         with self._lock:
             self._closed = True
-            client, self._client = self._client, None
-        if client is not None:
-            client.close()
+            wire, self._wire = self._wire, None
+        if wire is not None:
+            wire.close()
 
     # -- one request --------------------------------------------------------------------------
 
     def _call(self, method: str, path: str, payload: dict[str, Any] | None) -> object:
         """Send one request under a total deadline and return its parsed JSON body."""
-        url = self._base.copy_with(path=self._base.path.rstrip("/") + path)
-        headers = {"Accept": "application/json"}
-        if self._api_key:
-            headers["Authorization"] = f"Bearer {self._api_key}"
         budget = time_left(self._timeout)
         if budget <= 0:
             raise self._unavailable("was not tried: the batch's deadline has passed")
         deadline = time.monotonic() + budget
-        client = self._get_client()
+        headers = self._headers
+        body = None
+        if payload is not None:
+            body = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
+            headers = {**headers, "Content-Type": "application/json"}
         try:
-            request = client.build_request(
-                method, url, json=payload, headers=headers, timeout=httpx.Timeout(budget)
-            )
-            response = client.send(request, stream=True, auth=self._auth)
-        except httpx.TimeoutException:
-            raise self._unavailable(f"timed out after {budget:g}s") from None
-        except httpx.TransportError as exc:
-            raise self._unavailable(f"cannot be reached ({_describe(exc)})") from None
-        except httpx.HTTPError as exc:
-            raise self._unavailable(f"request failed ({_describe(exc)})") from None
+            response = self._get_wire().send(method, self._url(path), body, headers, deadline)
+        except WireError as exc:
+            raise self._wire_failure(exc, budget, reading=False) from None
         try:
             return self._read(response, path, deadline, budget)
         finally:
             response.close()
 
-    def _read(
-        self, response: httpx.Response, path: str, deadline: float, budget: float
-    ) -> object:
-        status = response.status_code
+    def _url(self, path: str) -> httpx.URL:
+        url = self._urls.get(path)
+        if url is None:
+            url = self._base.copy_with(path=self._base.path.rstrip("/") + path)
+            self._urls[path] = url
+        return url
+
+    def _read(self, response: Exchange, path: str, deadline: float, budget: float) -> object:
+        status = response.status
         if 300 <= status < 400:
             raise self._unavailable(
                 f"answered HTTP {status} (a redirect, not followed)", retryable=False
             )
         if status != 200:
             raw = self._body(response, deadline, budget, limit=64 * 1024, strict=False)
-            raise self._status_error(status, path, _detail(raw), response.headers)
+            raise self._status_error(status, path, _detail(raw), response.header("retry-after"))
         raw = self._body(response, deadline, budget, limit=self._max_bytes, strict=True)
         try:
             return json.loads(raw)
@@ -165,7 +169,7 @@ class JsonService:
             raise self._malformed(f"{path} response is not valid JSON") from None
 
     def _status_error(
-        self, status: int, path: str, detail: str | None, headers: httpx.Headers
+        self, status: int, path: str, detail: str | None, retry_after_header: str | None
     ) -> EmbeddingError:
         """Classify a non-200: refused input, or unavailable (retryable or not)."""
         if status in self.invalid_statuses:
@@ -176,7 +180,7 @@ class JsonService:
                 ),
                 detail=self._scrub(detail) if detail else None,
             )
-        retry_after = parse_retry_after(headers.get("retry-after"))
+        retry_after = parse_retry_after(retry_after_header)
         wait = f", Retry-After {retry_after:g}s" if retry_after is not None else ""
         said = f": {detail}" if detail else ""
         return self._unavailable(
@@ -186,11 +190,10 @@ class JsonService:
         )
 
     def _body(
-        self, response: httpx.Response, deadline: float, budget: float, *, limit: int,
-        strict: bool,
+        self, response: Exchange, deadline: float, budget: float, *, limit: int, strict: bool
     ) -> bytes:
         """Read at most ``limit`` bytes before ``deadline``; refuse early when the header says more."""
-        declared = response.headers.get("content-length")
+        declared = response.header("content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
             if strict:
                 raise self._malformed(
@@ -200,38 +203,26 @@ class JsonService:
         chunks: list[bytes] = []
         size = 0
         try:
-            for chunk in response.iter_bytes():
+            for chunk in response.chunks(deadline):
                 size += len(chunk)
                 if size > limit:
                     if strict:
                         raise self._malformed(f"response exceeds the {limit}-byte cap")
                     break
                 chunks.append(chunk)
-                if time.monotonic() > deadline:
-                    raise self._unavailable(f"timed out after {budget:g}s reading the response")
-        except httpx.TimeoutException:
-            raise self._unavailable(f"timed out after {budget:g}s") from None
-        except httpx.DecodingError:
-            raise self._malformed("response body cannot be decoded") from None
-        except httpx.TransportError as exc:
-            raise self._unavailable(f"dropped the connection ({_describe(exc)})") from None
+        except WireError as exc:
+            raise self._wire_failure(exc, budget, reading=True) from None
         return b"".join(chunks)
 
-    def _get_client(self) -> httpx.Client:
+    def _get_wire(self) -> Wire:
         with self._lock:
             if self._closed:
                 raise ProviderUnavailable(
                     f"embedding provider for {self.url} is closed", retryable=False
                 )
-            if self._client is None:
-                # trust_env=False: no proxy or netrc read from the environment behind our back.
-                self._client = httpx.Client(
-                    transport=self._transport,
-                    timeout=httpx.Timeout(self._timeout),
-                    follow_redirects=False,
-                    trust_env=False,
-                )
-            return self._client
+            if self._wire is None:
+                self._wire = open_wire(self._base, self._transport)
+            return self._wire
 
     # -- messages -----------------------------------------------------------------------------
 
@@ -240,6 +231,20 @@ class JsonService:
         for secret in self._secrets:
             message = message.replace(secret, "***")
         return message
+
+    def _wire_failure(self, exc: WireError, budget: float, *, reading: bool) -> EmbeddingError:
+        said = f" ({exc.description})" if exc.description else ""
+        if exc.failure == "timeout":
+            return self._unavailable(
+                f"timed out after {budget:g}s" + (" reading the response" if reading else "")
+            )
+        if exc.failure == "undecodable":
+            return self._malformed(f"response body cannot be decoded{said}")
+        if exc.failure == "dropped":
+            return self._unavailable(f"dropped the connection{said}")
+        if exc.failure == "unreachable":
+            return self._unavailable(f"cannot be reached{said}")
+        return self._unavailable(f"request failed{said}")
 
     def _unavailable(
         self, what: str, *, retry_after: float | None = None, retryable: bool = True
@@ -254,6 +259,12 @@ class JsonService:
         return EmbeddingError.malformed(
             self._scrub(f"malformed response from embedding service at {self.url}: {what}")
         )
+
+
+def basic_auth(username: str, password: str) -> str:
+    """The ``Authorization`` value for HTTP basic auth, encoded as httpx encodes it (UTF-8)."""
+    token = base64.b64encode(f"{username}:{password}".encode()).decode("ascii")
+    return f"Basic {token}"
 
 
 def is_positive_int(value: object) -> bool:
@@ -289,8 +300,3 @@ def _detail(raw: bytes) -> str | None:
     if isinstance(error, str) and error:
         return compact(error)
     return None
-
-
-def _describe(exc: Exception) -> str:
-    text = " ".join(str(exc).split())
-    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

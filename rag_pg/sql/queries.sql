@@ -57,6 +57,10 @@ INSERT INTO {schema}.ingest_run (source_root, collection, mode, status, model, p
 VALUES (%(source_root)s, %(collection)s, %(mode)s, 'running', %(model)s, pg_backend_pid())
 RETURNING id;
 
+-- name: analyze_tables
+-- After a bulk load: fresh planner statistics (see Store.refresh_statistics).
+ANALYZE {schema}.document, {schema}.chunk, {schema}.chunk_vector;
+
 -- name: run_finish
 UPDATE {schema}.ingest_run SET
     finished_at = now(), status = %(status)s,

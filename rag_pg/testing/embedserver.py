@@ -336,6 +336,12 @@ class FakeEmbeddingServer:
         self._server = None
         self._thread = None
 
+    def cut_connections(self) -> None:
+        """Hang up every open connection, as a restarting service would: a client's idle
+        keep-alive socket then reads as closed."""
+        if self._server is not None:
+            self._server.cut_connections()
+
     def __enter__(self) -> FakeEmbeddingServer:
         return self.start()
 
