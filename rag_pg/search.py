@@ -120,6 +120,12 @@ class Searcher:
         return not (normalise_prefix(req.path_prefix) or req.front_matter
                     or req.level is not None or req.node_type is not None)
 
+    @classmethod
+    def collection_scan(cls, req: SearchRequest) -> bool:
+        """The vector leg is one HNSW scan of the collection's own rows (search_vector_collection):
+        the index is known to fit, and nothing but the collection filters or caps the rows."""
+        return req.exact is False and not req.max_per_document and cls.whole_collection(req)
+
     @staticmethod
     def counts(req: SearchRequest) -> dict[str, int]:
         """The statement's row counts, written into it as literals (see queries.sql)."""
@@ -171,7 +177,7 @@ class Searcher:
             kind = sql.SQL(req.vector_kind or vector_kind(req.dimension or 0))
             parts = {"doc_filter": where, "vkind": kind, "dim": sql.Literal(req.dimension),
                      "model": sql.Literal(req.model), **counts}
-            if req.exact is False and not req.max_per_document and self.whole_collection(req):
+            if self.collection_scan(req):
                 ctes.append(self._sql("search_vector_collection", **parts))
             else:
                 scope = "search_vector_scope" if req.exact is None else "search_vector_scope_given"
@@ -275,9 +281,8 @@ class Searcher:
         nothing: the plain scan then returns the same rows. When other collections' vectors
         crowd it out, :meth:`run` sees fewer rows than asked and searches again iteratively.
         """
-        if (req.mode not in ("hybrid", "vector") or req.exact is not False
-                or req.iterative_scan == "off" or req.max_per_document
-                or not self.whole_collection(req) or vec_fetch > ef):
+        if (req.mode not in ("hybrid", "vector") or req.iterative_scan == "off"
+                or not self.collection_scan(req) or vec_fetch > ef):
             return False
         crowded = self._shared_index.get((req.collection, req.model))
         return crowded is None or time.monotonic() - crowded > SHARED_INDEX_MEMORY_SECONDS

@@ -140,16 +140,15 @@ class Store:
                          (self.index.build_memory.replace(" ", ""),))
             conn.execute(stmt)
 
-    def refresh_statistics(self, conn: psycopg.Connection[Any]) -> bool:
+    def refresh_statistics(self, conn: psycopg.Connection[Any]) -> None:
         """ANALYZE the tables an ingest filled. Until autovacuum gets to them the planner may
         take a freshly loaded collection for a tiny one and search it exactly, a sequential
-        scan instead of the HNSW index. Best effort: False when it could not run."""
+        scan instead of the HNSW index. Best effort: autovacuum does it later anyway."""
         try:
             with conn.transaction():  # a savepoint inside a caller's transaction
                 conn.execute(self.q("analyze_tables"))
         except psycopg.Error:
-            return False
-        return True
+            pass
 
     def vector_index_kind(self, conn: psycopg.Connection[Any], model: str) -> str | None:
         """``vector`` or ``halfvec``: the type the model's index casts to (searches must cast to
