@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +19,7 @@ from .embed.base import EmbeddingProvider
 from .errors import ConfigError, SchemaMissing, StoreError
 from .ingest import Ingestor, ProgressFn
 from .models import Hit, IngestReport
-from .search import MODES, Searcher, SearchRequest, StaleCollection
+from .search import MODES, Searcher, SearchRequest, StaleCollection, unfiltered
 from .store import Store
 
 #: How long a search trusts what it read of a collection (its model, whether it is small
@@ -236,15 +236,7 @@ class RagPG:
                     f" provider gives {self.provider.model!r}"
                 )
             qvec = provider.embed("query", [query])[0]
-        request = self._search_request(
-            query, k, mode, collection, qvec, model, dimension, vector_kind=info.vector_kind,
-            **options,
-        )
-        if Searcher.whole_collection(request):
-            # Nothing to fuse or rerank: k rows are enough (the index's breadth is ef_search;
-            # with a filter, the extra rows also widen the iterative scan).
-            fetch = k if mode == "vector" and not use_rerank else request.candidates
-            request = replace(request, exact=info.small, candidates=fetch)
+        request = self._search_request(query, k, mode, collection, qvec, info, use_rerank, **options)
         expect = (model, dimension)
         own = self.source.owns_connections
         if not use_rerank:
@@ -269,22 +261,31 @@ class RagPG:
         return hits
 
     def _search_request(
-        self, query: str, k: int, mode: str, collection: str, qvec: Any, model: str | None,
-        dimension: int | None, **options: Any,
+        self, query: str, k: int, mode: str, collection: str, qvec: Any, info: _CollectionInfo,
+        use_rerank: bool, **options: Any,
     ) -> SearchRequest:
         """Arguments + [retrieval] settings -> the searcher's request (validated there)."""
         r = self.settings.retrieval
         filters = options.pop("filters")
         if filters is not None and not isinstance(filters, Mapping):
             raise ConfigError("filters must be a mapping of front-matter keys to values")
+        candidates, exact = max(r.candidates, k), None
+        if unfiltered(options["path_prefix"], filters, options["level"], options["node_type"]):
+            # The whole collection, whose size we know: exact search or the index, decided
+            # here; with nothing to fuse or rerank, k rows are enough (the index's breadth is
+            # ef_search; with a filter, the extra rows also widen the iterative scan).
+            exact = info.small
+            if mode == "vector" and not use_rerank:
+                candidates = k
         return SearchRequest(
             collection=collection, k=k, mode=mode, query_text=query, query_vector=qvec,
-            model=model, dimension=dimension, candidates=max(r.candidates, k), rrf_k=r.rrf_k,
+            model=info.model, dimension=info.dimension, candidates=candidates, rrf_k=r.rrf_k,
             ef_search=r.ef_search, front_matter=dict(filters) if filters else None,
             weights={"vector": r.vector_weight, "keyword": r.keyword_weight},
             bm25=BM25Params(r.bm25_k1, r.bm25_b), exact_limit=r.exact_limit,
             max_scan_tuples=r.max_scan_tuples, iterative_scan=r.iterative_scan,
-            neighbours=int(options.pop("neighbours") or 0), **options,
+            neighbours=int(options.pop("neighbours") or 0), exact=exact,
+            vector_kind=info.vector_kind, **options,
         )
 
     def get_document(

@@ -23,6 +23,9 @@ OWN_CONNECTION_OPTIONS = "-c idle_in_transaction_session_timeout=300000 -c lock_
 # A pooled connection returned this recently is lent again without a ping (PoolSource._check).
 RECENTLY_USED_SECONDS = 2.0
 
+# Transaction states in which a connection given back still has work to end.
+_OPEN_TRANSACTION = (psycopg.pq.TransactionStatus.INTRANS, psycopg.pq.TransactionStatus.INERROR)
+
 _registered: weakref.WeakSet[psycopg.Connection[Any]] = weakref.WeakSet()
 _registered_lock = threading.Lock()
 
@@ -102,22 +105,33 @@ class PoolSource:
 
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
-        self._open()
+        """A pooled connection, given back on exit like psycopg_pool's ``connection()`` does
+        (a transaction left open commits on success, rolls back on error), without its
+        nested context managers: lending and taking back is on every search's path."""
+        if not self._opened:
+            self._open()
         try:
-            cm = self._pool.connection()
-            conn = cm.__enter__()
+            conn = self._pool.getconn()
         except Exception as exc:
             raise StoreError(f"database unavailable at {redact_url(self.url)}: {_one_line(exc)}") from None
         try:
             yield conn
-        except BaseException as exc:
+        except BaseException:
             self._returned.pop(conn, None)
-            cm.__exit__(type(exc), exc, exc.__traceback__)
+            try:
+                if conn.pgconn.transaction_status in _OPEN_TRANSACTION:
+                    conn.rollback()
+            except psycopg.Error:
+                pass  # a broken connection: the pool discards it
+            finally:
+                self._pool.putconn(conn)
             raise
-        else:
-            if conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
-                self._returned[conn] = time.monotonic()
-            cm.__exit__(None, None, None)
+        try:
+            if conn.pgconn.transaction_status in _OPEN_TRANSACTION:
+                conn.commit()
+            self._returned[conn] = time.monotonic()
+        finally:
+            self._pool.putconn(conn)
 
     def dedicated(self) -> psycopg.Connection[Any]:
         """A connection outside the pool (for a session-long advisory lock)."""

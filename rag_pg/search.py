@@ -8,6 +8,7 @@ import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
 import psycopg
@@ -80,6 +81,13 @@ def normalise_prefix(prefix: str | None) -> str | None:
     return re.sub(r"/+", "/", cleaned) or None
 
 
+def unfiltered(path_prefix: str | None, front_matter: Mapping[str, Any] | None,
+               level: int | None, node_type: str | None) -> bool:
+    """Whether a search with these filters spans its whole collection."""
+    return not (normalise_prefix(path_prefix) or front_matter
+                or level is not None or node_type is not None)
+
+
 class Searcher:
     """Builds and runs the retrieval statement, then fuses ranks and shapes hits in Python."""
 
@@ -117,8 +125,7 @@ class Searcher:
     @staticmethod
     def whole_collection(req: SearchRequest) -> bool:
         """No filter beyond the collection: the caller may decide exact vs index itself."""
-        return not (normalise_prefix(req.path_prefix) or req.front_matter
-                    or req.level is not None or req.node_type is not None)
+        return unfiltered(req.path_prefix, req.front_matter, req.level, req.node_type)
 
     @classmethod
     def collection_scan(cls, req: SearchRequest) -> bool:
@@ -331,13 +338,18 @@ def validate(req: SearchRequest) -> None:
 # -- fusion and shaping (pure) ---------------------------------------------------------------
 
 
+_VECTOR_RANK = itemgetter(1)
+_KEYWORD_RANK = itemgetter(3)
+
+
 def fuse(rows: Sequence[Sequence[Any]], req: SearchRequest) -> list[tuple[int, float]]:
     """Candidate rows -> (chunk id, score), best first. Vector: 1 - cosine distance; keyword:
     BM25; hybrid: weighted RRF of the two rankings (ranks as numbered by SQL)."""
-    vector = sorted((r for r in rows if r[1] is not None), key=lambda r: (int(r[1]), int(r[0])))
-    keyword = sorted((r for r in rows if r[3] is not None), key=lambda r: (int(r[3]), int(r[0])))
+    # Ranks are distinct integers (row_number): each leg's order is its rank column's.
+    vector = sorted([r for r in rows if r[1] is not None], key=_VECTOR_RANK)
     if req.mode == "vector":
         return [(int(r[0]), 1.0 - float(r[2])) for r in vector]
+    keyword = sorted([r for r in rows if r[3] is not None], key=_KEYWORD_RANK)
     if req.mode == "keyword":
         return [(int(r[0]), float(r[4])) for r in keyword]
     rankings = {"vector": [int(r[0]) for r in vector], "keyword": [int(r[0]) for r in keyword]}
