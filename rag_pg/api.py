@@ -68,6 +68,14 @@ class RagPG:
         self.store = Store(self.settings.database.schema, self.settings.index)
         self.searcher = Searcher(self.settings.database.schema)
         self._collections: dict[str, _CollectionInfo] = {}
+        r = self.settings.retrieval
+        # What every search request takes from [retrieval], read once (settings never change).
+        self._retrieval: dict[str, Any] = {
+            "rrf_k": r.rrf_k, "ef_search": r.ef_search, "exact_limit": r.exact_limit,
+            "weights": {"vector": r.vector_weight, "keyword": r.keyword_weight},
+            "bm25": BM25Params(r.bm25_k1, r.bm25_b), "max_scan_tuples": r.max_scan_tuples,
+            "iterative_scan": r.iterative_scan,
+        }
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -279,13 +287,9 @@ class RagPG:
                 candidates = k
         return SearchRequest(
             collection=collection, k=k, mode=mode, query_text=query, query_vector=qvec,
-            model=info.model, dimension=info.dimension, candidates=candidates, rrf_k=r.rrf_k,
-            ef_search=r.ef_search, front_matter=dict(filters) if filters else None,
-            weights={"vector": r.vector_weight, "keyword": r.keyword_weight},
-            bm25=BM25Params(r.bm25_k1, r.bm25_b), exact_limit=r.exact_limit,
-            max_scan_tuples=r.max_scan_tuples, iterative_scan=r.iterative_scan,
-            neighbours=int(options.pop("neighbours") or 0), exact=exact,
-            vector_kind=info.vector_kind, **options,
+            model=info.model, dimension=info.dimension, candidates=candidates, exact=exact,
+            front_matter=dict(filters) if filters else None, vector_kind=info.vector_kind,
+            neighbours=int(options.pop("neighbours") or 0), **self._retrieval, **options,
         )
 
     def get_document(

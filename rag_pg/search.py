@@ -150,35 +150,39 @@ class Searcher:
 
     def statement(self, req: SearchRequest) -> sql.Composed:
         """The search statement for the shape of ``req`` (built once per shape, then reused)."""
-        return self._composed(req)[1]
+        return self._composed(req, self.counts(req))[1]
 
-    def statement_bytes(self, req: SearchRequest, conn: psycopg.Connection[Any]) -> bytes:
+    def statement_bytes(
+        self, req: SearchRequest, conn: psycopg.Connection[Any], counts: dict[str, int] | None = None
+    ) -> bytes:
         """:meth:`statement` serialised once per shape and encoding: psycopg would walk the
         composed tree again on every execute, a cost of the same order as the query itself."""
-        key, composed = self._composed(req)
-        text = self._statement_bytes.get((key, conn.info.encoding))
+        key, composed = self._composed(req, self.counts(req) if counts is None else counts)
+        key = (key, conn.pgconn.parameter_status(b"client_encoding"))
+        text = self._statement_bytes.get(key)
         if text is None:
-            text = composed.as_bytes(conn)
-            self._statement_bytes[(key, conn.info.encoding)] = text
+            text = self._statement_bytes[key] = composed.as_bytes(conn)
         return text
 
-    def _composed(self, req: SearchRequest) -> tuple[tuple[Any, ...], sql.Composed]:
+    def _composed(
+        self, req: SearchRequest, counts: dict[str, int]
+    ) -> tuple[tuple[Any, ...], sql.Composed]:
         """The shape of ``req`` (what its statement depends on) and that statement."""
         key = (req.mode, req.exact, req.max_per_document, bool(normalise_prefix(req.path_prefix)),
                bool(req.front_matter), req.level is not None, req.node_type is not None,
                req.neighbours > 0, req.expand, req.model, req.dimension, req.vector_kind,
-               tuple(self.counts(req).values()))
+               tuple(counts.values()))
         stmt = self._statements.get(key)
         if stmt is None:
             if len(self._statements) >= 256:
                 self._statements.clear()
                 self._statement_bytes.clear()
-            stmt = self._statements[key] = self._compose(req)
+            stmt = self._statements[key] = self._compose(req, counts)
         return key, stmt
 
-    def _compose(self, req: SearchRequest) -> sql.Composed:
+    def _compose(self, req: SearchRequest, count: dict[str, int]) -> sql.Composed:
         where = self.doc_filter(req)
-        counts = {name: sql.Literal(value) for name, value in self.counts(req).items()}
+        counts = {name: sql.Literal(value) for name, value in count.items()}
         ctes: list[sql.Composable] = []
         if req.mode in ("hybrid", "vector"):
             kind = sql.SQL(req.vector_kind or vector_kind(req.dimension or 0))
@@ -261,15 +265,16 @@ class Searcher:
         if req.mode in ("hybrid", "vector") and not self.check_pgvector(conn):
             # Without iterative scans a filtered HNSW scan can return too few rows: go exact.
             req = replace(req, exact_limit=2**30, exact=None if req.exact is None else True)
-        stmt = self.statement_bytes(req, conn)
+        counts = self.counts(req)
+        stmt = self.statement_bytes(req, conn, counts)
         params = self.params(req)
-        vec_fetch = self.counts(req)["vec_fetch"]
+        vec_fetch = counts["vec_fetch"]
         ef = min(MAX_EF_SEARCH, max(req.ef_search, vec_fetch))
         plain_first = self._plain_scan_first(req, vec_fetch, ef)
         rows = self._execute(conn, req, stmt, params, own_session,
                              (str(ef), "off" if plain_first else req.iterative_scan,
                               str(req.max_scan_tuples)))
-        if plain_first and sum(1 for r in rows if r[1] is not None) < vec_fetch:
+        if plain_first and (len(rows) if req.mode == "vector" else _vector_rows(rows)) < vec_fetch:
             # Vectors of other collections sharing the model's index took places among the
             # nearest: search again with pgvector's iterative scan, which goes on past them,
             # and start with it for this collection a while.
@@ -345,32 +350,45 @@ _KEYWORD_RANK = itemgetter(3)
 def fuse(rows: Sequence[Sequence[Any]], req: SearchRequest) -> list[tuple[int, float]]:
     """Candidate rows -> (chunk id, score), best first. Vector: 1 - cosine distance; keyword:
     BM25; hybrid: weighted RRF of the two rankings (ranks as numbered by SQL)."""
+    return [(int(row[0]), score) for row, score in _ranked(rows, req)]
+
+
+def _ranked(rows: Sequence[Sequence[Any]], req: SearchRequest) -> list[tuple[Sequence[Any], float]]:
     # Ranks are distinct integers (row_number): each leg's order is its rank column's.
     vector = sorted([r for r in rows if r[1] is not None], key=_VECTOR_RANK)
     if req.mode == "vector":
-        return [(int(r[0]), 1.0 - float(r[2])) for r in vector]
+        return [(r, 1.0 - float(r[2])) for r in vector]
     keyword = sorted([r for r in rows if r[3] is not None], key=_KEYWORD_RANK)
     if req.mode == "keyword":
-        return [(int(r[0]), float(r[4])) for r in keyword]
+        return [(r, float(r[4])) for r in keyword]
     rankings = {"vector": [int(r[0]) for r in vector], "keyword": [int(r[0]) for r in keyword]}
-    return rrf(rankings, k=req.rrf_k, weights=req.weights)
+    by_id = {int(r[0]): r for r in rows}
+    return [(by_id[chunk_id], score) for chunk_id, score in
+            rrf(rankings, k=req.rrf_k, weights=req.weights)]
+
+
+def _vector_rows(rows: Sequence[Sequence[Any]]) -> int:
+    return sum(1 for r in rows if r[1] is not None)
 
 
 def shape(
     rows: Sequence[Sequence[Any]], req: SearchRequest, *, reranker: Reranker | None = None
 ) -> list[Hit]:
-    by_id = {int(r[0]): r for r in rows}
-    expansions = {int(r[11]): r[16] for r in rows if r[16] is not None}
-    hits = [_hit(by_id[chunk_id], score) for chunk_id, score in fuse(rows, req)]
+    hits = [_hit(row, score) for row, score in _ranked(rows, req)]
     if reranker is not None:
         hits = reranker(hits)
-    hits = cap_per_document(hits, lambda h: h.document_id, req.max_per_document)[: req.k]
-    for hit in hits:
-        row = by_id[hit.chunk_id or 0]
-        if req.neighbours > 0 and row[15]:
-            hit.extra["window"] = window(row[15], hit.chunk.position)
-        if req.expand:
-            hit.extra["expanded"] = expansion(req.expand, row, expansions.get(int(row[11])))
+    if req.max_per_document:
+        hits = cap_per_document(hits, lambda h: h.document_id, req.max_per_document)
+    hits = hits[: req.k]
+    if req.neighbours > 0 or req.expand:
+        by_id = {int(r[0]): r for r in rows}
+        expansions = {int(r[11]): r[16] for r in rows if r[16] is not None}
+        for hit in hits:
+            row = by_id[hit.chunk_id or 0]
+            if req.neighbours > 0 and row[15]:
+                hit.extra["window"] = window(row[15], hit.chunk.position)
+            if req.expand:
+                hit.extra["expanded"] = expansion(req.expand, row, expansions.get(int(row[11])))
     return hits
 
 
@@ -378,17 +396,18 @@ def _hit(r: Sequence[Any], score: float) -> Hit:
     ranks: dict[str, int] = {}
     scores: dict[str, float] = {}
     if r[1] is not None:
-        ranks["vector"] = int(r[1])
-        scores["vector"] = 1.0 - float(r[2])
+        ranks["vector"] = r[1]
+        scores["vector"] = 1.0 - r[2]
     if r[3] is not None:
-        ranks["keyword"] = int(r[3])
+        ranks["keyword"] = r[3]
         scores["keyword"] = float(r[4])
+    # bigint, integer and float8 columns arrive as int and float
     chunk = Chunk(
         document_path=r[12], document_title=r[13], section=r[6], anchor=r[7],
-        position=int(r[5]), content=r[8], token_count=int(r[9]), content_hash=r[10],
+        position=r[5], content=r[8], token_count=r[9], content_hash=r[10],
     )
-    return Hit(chunk=chunk, score=float(score), collection=r[14], document_id=int(r[11]),
-               chunk_id=int(r[0]), ranks=ranks, scores=scores)
+    return Hit(chunk=chunk, score=float(score), collection=r[14], document_id=r[11],
+               chunk_id=r[0], ranks=ranks, scores=scores)
 
 
 def merge_chunks(chunks: Sequence[Mapping[str, Any]]) -> str:

@@ -4,11 +4,14 @@ error, a broken connection is replaced), and lending goes on without a leak."""
 
 from __future__ import annotations
 
+import threading
+import time
 from collections.abc import Iterator
 
 import psycopg
 import pytest
 
+from rag_pg import db
 from rag_pg.db import PoolSource
 from rag_pg.errors import StoreError
 
@@ -44,6 +47,80 @@ def test_a_transaction_left_open_commits_when_the_block_succeeds(source: PoolSou
     assert rows(table) == [1]
     with source.connection() as again:
         assert again.info.transaction_status == IDLE
+        assert again.autocommit  # given back as ragpg's connections are: autocommit
+
+
+def test_a_connection_given_back_moments_ago_is_lent_without_the_pool(source: PoolSource) -> None:
+    with source.connection() as conn:
+        pid = conn.info.backend_pid
+    requests = source._pool.get_stats().get("requests_num", 0)
+    for _ in range(5):
+        with source.connection() as again:
+            assert again.info.backend_pid == pid
+    assert source._pool.get_stats().get("requests_num", 0) == requests
+
+
+def test_a_busy_connection_still_goes_through_the_pool_now_and_then(
+    source: PoolSource, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pool's lifetime and idle rules see every connection at least every
+    POOL_ROUND_SECONDS, however busy: here at once, so each lend is a request to the pool."""
+    monkeypatch.setattr(db, "POOL_ROUND_SECONDS", 0.0)
+    requests = source._pool.get_stats().get("requests_num", 0)
+    for _ in range(3):
+        with source.connection():
+            pass
+    assert source._pool.get_stats().get("requests_num", 0) == requests + 3
+    assert not source._ready
+
+
+def test_an_idle_connection_goes_back_to_the_pool_and_is_checked(
+    source: PoolSource, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(db, "RECENTLY_USED_SECONDS", 0.05)
+    with source.connection() as conn:
+        pid = conn.info.backend_pid
+    with psycopg.connect(db_url, autocommit=True) as admin:
+        admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+    time.sleep(0.1)
+    # older than the moment: the pool takes it back, its check finds it dead, a new one serves
+    with source.connection() as fresh:
+        assert fresh.info.backend_pid != pid
+        assert fresh.execute("SELECT 1").fetchone() == (1,)
+
+
+def test_a_thread_waiting_on_the_pool_gets_the_connection_given_back(db_url: str) -> None:
+    src = PoolSource(db_url, max_size=1, connect_timeout=3)
+    got: list[int] = []
+    try:
+        with src.connection() as held:
+            waiter = threading.Thread(target=lambda: got.append(_pid_of(src)))
+            waiter.start()
+            time.sleep(0.3)  # the waiter is inside the pool's getconn by now
+            pid = held.info.backend_pid
+        waiter.join(5)
+        assert got == [pid]  # handed over at once, not kept aside until the waiter times out
+    finally:
+        src.close()
+
+
+def _pid_of(src: PoolSource) -> int:
+    with src.connection() as conn:
+        return conn.info.backend_pid
+
+
+def test_close_closes_the_connections_kept_aside(db_url: str) -> None:
+    src = PoolSource(db_url)
+    with src.connection() as conn:
+        pid = conn.info.backend_pid
+    src.close()
+    with psycopg.connect(db_url, autocommit=True) as admin:
+        for _ in range(50):
+            if not admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone():
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("the connection kept aside is still open after close()")
 
 
 def test_a_transaction_left_open_rolls_back_when_the_block_fails(source: PoolSource, table: str) -> None:
@@ -88,7 +165,8 @@ def test_lending_many_times_keeps_one_connection(source: PoolSource) -> None:
             pass
     assert len(pids) == 1
     stats = source._pool.get_stats()
-    assert stats["pool_size"] == 1 and stats["pool_available"] == 1
+    assert stats["pool_size"] == 1  # one connection ever opened, idle: in the pool or kept aside
+    assert stats["pool_available"] + len(source._ready) == 1
 
 
 def test_an_unreachable_database_is_one_store_error() -> None:
