@@ -176,3 +176,49 @@ def test_an_unreachable_database_is_one_store_error() -> None:
             pass
     finally:
         src.close()
+
+
+def test_many_threads_share_two_connections_without_starving(db_url: str) -> None:
+    """Eight threads, two connections, one in three blocks failing: every lend is served well
+    before the pool's timeout (the list kept in front of the pool never holds a connection
+    while a thread waits), nothing leaks, and no connection comes back in a transaction."""
+    src = PoolSource(db_url, max_size=2, connect_timeout=5)
+    errors: list[BaseException] = []
+    slowest = [0.0]
+    pids: set[int] = set()
+    lock = threading.Lock()
+
+    def worker(n: int) -> None:
+        for i in range(40):
+            started = time.monotonic()
+            try:
+                with src.connection() as conn:
+                    waited = time.monotonic() - started
+                    assert conn.info.transaction_status == IDLE
+                    conn.execute("SELECT pg_sleep(0.002)")
+                    with lock:
+                        pids.add(conn.info.backend_pid)
+                        slowest[0] = max(slowest[0], waited)
+                    if (n + i) % 3 == 0:
+                        conn.autocommit = False
+                        conn.execute("SELECT 1")
+                        raise LookupError(i)
+            except LookupError:
+                pass
+            except BaseException as exc:  # noqa: BLE001 - reported below
+                errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(8)]
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert not errors
+        assert len(pids) <= 2
+        assert slowest[0] < 4.0  # none came near the 5 s pool timeout (what a starved one waits)
+        stats = src._pool.get_stats()
+        assert stats["pool_size"] <= 2
+        assert stats["pool_available"] + len(src._ready) == stats["pool_size"]
+    finally:
+        src.close()
