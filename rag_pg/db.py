@@ -26,9 +26,9 @@ RECENTLY_USED_SECONDS = 2.0
 # ... and goes through the pool at least this often, whose lifetime and idle rules then apply.
 POOL_ROUND_SECONDS = 60.0
 
-# Transaction states in which a connection given back still has work to end.
 _IDLE = psycopg.pq.TransactionStatus.IDLE
 _INERROR = psycopg.pq.TransactionStatus.INERROR
+# Transaction states in which a connection given back still has work to end.
 _OPEN_TRANSACTION = (psycopg.pq.TransactionStatus.INTRANS, _INERROR)
 
 _registered: weakref.WeakSet[psycopg.Connection[Any]] = weakref.WeakSet()

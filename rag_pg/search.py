@@ -180,14 +180,14 @@ class Searcher:
             stmt = self._statements[key] = self._compose(req, counts)
         return key, stmt
 
-    def _compose(self, req: SearchRequest, count: dict[str, int]) -> sql.Composed:
+    def _compose(self, req: SearchRequest, counts: dict[str, int]) -> sql.Composed:
         where = self.doc_filter(req)
-        counts = {name: sql.Literal(value) for name, value in count.items()}
+        literals = {name: sql.Literal(value) for name, value in counts.items()}
         ctes: list[sql.Composable] = []
         if req.mode in ("hybrid", "vector"):
             kind = sql.SQL(req.vector_kind or vector_kind(req.dimension or 0))
             parts = {"doc_filter": where, "vkind": kind, "dim": sql.Literal(req.dimension),
-                     "model": sql.Literal(req.model), **counts}
+                     "model": sql.Literal(req.model), **literals}
             if self.collection_scan(req):
                 ctes.append(self._sql("search_vector_collection", **parts))
             else:
@@ -197,7 +197,7 @@ class Searcher:
             whole = self.whole_collection(req)
             ctes.append(self._sql(
                 "search_keyword_leg", keep=sql.SQL("true") if whole else sql.SQL("({})").format(where),
-                keep_join=sql.SQL("") if whole else self._sql("search_keyword_keep_join"), **counts,
+                keep_join=sql.SQL("") if whole else self._sql("search_keyword_keep_join"), **literals,
             ))
         window = self._sql("search_window") if req.neighbours > 0 else sql.SQL("NULL::jsonb")
         expanded = (
@@ -274,7 +274,7 @@ class Searcher:
         rows = self._execute(conn, req, stmt, params, own_session,
                              (str(ef), "off" if plain_first else req.iterative_scan,
                               str(req.max_scan_tuples)))
-        if plain_first and (len(rows) if req.mode == "vector" else _vector_rows(rows)) < vec_fetch:
+        if plain_first and sum(1 for r in rows if r[1] is not None) < vec_fetch:
             # Vectors of other collections sharing the model's index took places among the
             # nearest: search again with pgvector's iterative scan, which goes on past them,
             # and start with it for this collection a while.
@@ -365,10 +365,6 @@ def _ranked(rows: Sequence[Sequence[Any]], req: SearchRequest) -> list[tuple[Seq
     by_id = {int(r[0]): r for r in rows}
     return [(by_id[chunk_id], score) for chunk_id, score in
             rrf(rankings, k=req.rrf_k, weights=req.weights)]
-
-
-def _vector_rows(rows: Sequence[Sequence[Any]]) -> int:
-    return sum(1 for r in rows if r[1] is not None)
 
 
 def shape(
