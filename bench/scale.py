@@ -4,26 +4,32 @@
     scale.py [--chunks 100000] [--dim 384] [--ef-search 40,100] [--queries 100]
              [--db URL] [--maintenance-work-mem 2GB] [--workers 1] [--results bench/results]
     scale.py --chunks 1000000          # the issue's size: ~10+ min of HNSW build on 2 cores
+    scale.py --keyword-only --chunks 100000 --words-per-chunk 100   # BM25 only: no vectors
 
 What it does, through ragpg's schema (``RagPG.init()``: the Alembic migrations) and naming:
 
 1. Loads ``--chunks`` chunks in documents of ``--chunks-per-doc`` (paths ``pNN/dNNNNNNN.md``, so
-   the prefix ``p00`` selects 1% of them), each chunk ~20 words of a Zipf vocabulary (the
-   ``ragpg.simple`` text search configuration: the stored tsvector and the GIN index are
-   maintained as usual), and one vector each in ``ragpg.chunk_vector`` by **binary COPY**
+   the prefix ``p00`` selects 1% of them), each chunk ``--words-per-chunk`` words of a Zipf
+   vocabulary (the ``ragpg.simple`` text search configuration: the stored tsvector, the GIN
+   index and the per-term statistics are maintained as usual; ``bench/scale_keyword.py``
+   also times the chunks' COPY without the statistics, same corpus, same run), and one
+   vector each in ``ragpg.chunk_vector`` by **binary COPY**
    (rows encoded with numpy). Vectors are *structured*, not uniformly random: ``z @ B + noise``
    with z in R^32, then L2-normalised (the geometry of text embeddings: an intrinsic dimension
    of a few tens; uniformly random 384-d vectors are the worst case of any ANN graph).
 2. Builds the model's partial HNSW index after the load, with ragpg's own statement
-   (``Store.ensure_vector_index``: index name ``store.vector_index_name(model)``, expression
+   (``Store.ensure_vector_index``: index name ``vector_index.vector_index_name(model)``, expression
    ``(embedding::vector(dim)) vector_cosine_ops WHERE model = ...``); records build time, rate
    and size.
 3. For ``--queries`` query vectors of the same distribution: exact top-10 with numpy, then
    p50/p95 latency and recall@10 of
      * ``raw``: plain pgvector, ``ORDER BY embedding::vector(d) <=> q LIMIT 10`` on that index;
      * ``ragpg vector``: ragpg's search statement (``Searcher.run``, k=10, 20 candidates);
-     * ``ragpg hybrid``: the same with a 3-word keyword query; recall against the same hybrid
-       statement with an exact vector leg (``exact_limit`` above the collection size);
+     * ``ragpg hybrid``: the same with a 3-word keyword query (one mid-frequency word, two
+       frequent ones); recall against the same hybrid statement with an exact vector leg
+       (``exact_limit`` above the collection size);
+     * ``ragpg keyword``: the pruned BM25 leg and the exhaustive reference, latencies and
+       whether every query's list is identical (``bench/scale_keyword.py``);
    at each ``--ef-search``, without a filter and with the 1% path-prefix filter (which ragpg
    answers exactly when it leaves at most ``exact_limit`` = 5,000 chunks).
 
@@ -48,11 +54,13 @@ from psycopg import sql
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
+sys.path.insert(0, str(HERE))
+
+import scale_keyword  # noqa: E402  (bench/ is not a package)
+from scale_keyword import vocabulary  # noqa: E402
 
 MODEL = "scale-lowrank"
 COLLECTION = "scale"
-WORDS_PER_CHUNK = 20
-VOCAB = 50_000
 COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + (0).to_bytes(4, "big") + (0).to_bytes(4, "big")
 COPY_TRAILER = (-1).to_bytes(2, "big", signed=True)
 
@@ -75,12 +83,6 @@ def lowrank(rng: np.random.Generator, n: int, dim: int, rank: int = 32, seed: in
     return x
 
 
-def vocabulary() -> tuple[list[str], np.ndarray]:
-    words = [f"w{i:05d}" for i in range(VOCAB)]
-    p = 1.0 / np.arange(1, VOCAB + 1) ** 1.1
-    return words, p / p.sum()
-
-
 def vector_rows(ids: np.ndarray, x: np.ndarray, model: str, collection: str) -> bytes:
     """Binary COPY rows (chunk_id int8, collection text, model text, embedding vector)."""
     mb, cb = model.encode(), collection.encode()
@@ -100,8 +102,8 @@ def load(conn: Any, a: argparse.Namespace, schema: str) -> tuple[np.ndarray, np.
     n, per_doc = a.chunks, a.chunks_per_doc
     docs = -(-n // per_doc)
     rng = np.random.default_rng(a.seed)
-    words, probs = vocabulary()
     timings: dict[str, float] = {}
+    tokens = int(np.ceil(a.words_per_chunk * 1.33))
     t0 = time.perf_counter()
     with conn.transaction(), conn.cursor() as cur:
         cur.execute(Q("INSERT INTO {s}.collection (name, model, dimension) VALUES (%s, %s, %s)", schema),
@@ -112,31 +114,19 @@ def load(conn: Any, a: argparse.Namespace, schema: str) -> tuple[np.ndarray, np.
                 count = min(per_doc, n - d * per_doc)
                 cp.write_row((COLLECTION, f"p{d % 100:02d}/d{d:07d}.md", f"Document {d}", f"{d:064x}",
                               f"chunk=300/45;model={MODEL};v1", "simple", count,
-                              count * int(WORDS_PER_CHUNK * 1.33)))
+                              count * tokens))
         doc_ids = np.array([r[0] for r in cur.execute(
             Q("SELECT id FROM {s}.document WHERE collection = %s ORDER BY substr(path, 6, 7)::int",
               schema), (COLLECTION,))], dtype=np.int64)
     timings["documents_s"] = round(time.perf_counter() - t0, 2)
 
-    t0 = time.perf_counter()
     doc_of = np.arange(n) // per_doc
     in_filter = (doc_of % 100) == 0
-    config = f'"{schema}".simple'
+    timings.update(scale_keyword.load_chunks(conn, a, schema, doc_ids))
     step = 50_000
-    with conn.transaction(), conn.cursor() as cur:
-        with cur.copy(Q("COPY {s}.chunk (id, document_id, collection, position, section, anchor, content,"
-                        " token_count, content_hash, ts_config) FROM STDIN", schema)) as cp:
-            for lo in range(0, n, step):
-                hi = min(n, lo + step)
-                drawn = rng.choice(VOCAB, size=(hi - lo, WORDS_PER_CHUNK), p=probs)
-                lines = []
-                for i, row in zip(range(lo, hi), drawn, strict=True):
-                    text = " ".join(words[w] for w in row)
-                    lines.append(f"{i + 1}\t{doc_ids[i // per_doc]}\t{COLLECTION}\t{i % per_doc}\tSection\tsection\t"
-                                 f"{text}\t{int(WORDS_PER_CHUNK * 1.33)}\t{i:064x}\t{config}\n")
-                cp.write("".join(lines).encode())
-        cur.execute("SELECT setval(pg_get_serial_sequence(%s, 'id'), %s)", (f'"{schema}".chunk', n))
-    timings["chunks_copy_s"] = round(time.perf_counter() - t0, 2)
+    if a.keyword_only:
+        conn.execute(Q("ANALYZE {s}.document, {s}.chunk", schema))
+        return np.empty((0, a.dim), dtype=np.float32), in_filter, timings
 
     t0 = time.perf_counter()
     x = np.empty((n, a.dim), dtype=np.float32)
@@ -180,11 +170,6 @@ def exact_top(x: np.ndarray, q: np.ndarray, mask: np.ndarray | None, k: int = 10
     return {int(i) + 1 for i in chosen}  # chunk ids are row + 1
 
 
-def keyword_text(rng: np.random.Generator, words: list[str]) -> str:
-    """Three words of middling frequency (ranks 300-20,000): each matches 0.01-1% of chunks."""
-    return " ".join(words[int(r)] for r in rng.integers(300, 20_000, size=3))
-
-
 def measure(label: str, fn: Any, queries: list[Any], warmup: int = 20) -> tuple[dict[str, Any], list[list[int]]]:
     """p50/p95 of ``fn`` over ``queries`` (after ``warmup`` of them), and the ids it returned."""
     for q in queries[:warmup]:
@@ -207,15 +192,17 @@ def recall(got: list[list[int]], truth: list[set[int]]) -> float:
 
 def run_queries(conn: Any, a: argparse.Namespace, schema: str, x: np.ndarray,
                 in_filter: np.ndarray) -> list[dict[str, Any]]:
-    from rag_pg.search import Searcher, SearchRequest
+    from rag_pg.search import Searcher, SearchPlan
 
     searcher = Searcher(schema)
     qrng = np.random.default_rng(a.seed + 1)
     qv = lowrank(qrng, a.queries, a.dim)
     words, _ = vocabulary()
-    texts = [keyword_text(qrng, words) for _ in range(a.queries)]
+    texts = [scale_keyword.query_text(qrng, words, a.keyword_queries) for _ in range(a.queries)]
     items = list(range(a.queries))
-    recs: list[dict[str, Any]] = []
+    recs: list[dict[str, Any]] = scale_keyword.keyword_runs(conn, a, schema, texts)
+    if a.keyword_only:
+        return recs
     dim = sql.Literal(a.dim)
     raw_sql = Q("SELECT chunk_id FROM {s}.chunk_vector WHERE model = %(model)s"
                 " ORDER BY embedding::vector({dim}) <=> %(q)s::vector({dim}) LIMIT 10", schema, dim=dim)
@@ -232,7 +219,7 @@ def run_queries(conn: Any, a: argparse.Namespace, schema: str, x: np.ndarray,
         # (exact=None, or a huge exact_limit for the ground truth); a vector-only search of the
         # whole collection fetches k rows, a hybrid one `candidates` per leg.
         whole = prefix is None
-        return SearchRequest(collection=COLLECTION, k=10, mode=mode, query_text=texts[i],
+        return SearchPlan(collection=COLLECTION, k=10, mode=mode, query_text=texts[i],
                              query_vector=qv[i], model=MODEL, dimension=a.dim,
                              candidates=10 if whole and mode == "vector" else 20,
                              path_prefix=prefix, ef_search=ef,
@@ -240,8 +227,7 @@ def run_queries(conn: Any, a: argparse.Namespace, schema: str, x: np.ndarray,
                              exact_limit=2**30 if exact else 5000)
 
     def ragpg(mode: str, ef: int, prefix: str | None, exact: bool = False) -> Any:
-        return lambda i: [h.chunk_id for h in searcher.run(conn, request(i, mode, ef, prefix, exact),
-                                                           own_session=True)]
+        return lambda i: [h.chunk_id for h in searcher.run(conn, request(i, mode, ef, prefix, exact))]
 
     for filt, prefix, mask in (("none", None, None), ("1%", "p00", in_filter)):
         # Latencies first, ground truth after: the exact scans would evict the index from
@@ -327,10 +313,21 @@ def embedded_server(workdir: Path, shared_buffers: str) -> tuple[str, Any]:
 
 def render(recs: list[dict[str, Any]], command: str) -> str:
     env = next(r for r in recs if r["phase"] == "scale_build")
-    lines = [
+    head = [
         "# ragpg scale run", "",
         f"`{command}` — {env['date_utc']}, {env['cores']} cores, load average at start {env['loadavg']};"
         f" PostgreSQL {env['postgres']}, pgvector {env['pgvector']}.", "",
+        f"{env['chunks']:,} chunks of {env['words_per_chunk']} Zipf-drawn words in {env['documents']:,}"
+        f" documents; chunks COPYed in batches of {env['ingest_batch']:,}: {env['chunks_copy_s']} s with"
+        f" the per-term statistics"
+        + (f", {env['chunks_copy_no_term_stats_s']} s without (ratio {env['term_stats_ingest_ratio']})"
+           if "term_stats_ingest_ratio" in env else "")
+        + f"; {env['term_stat_rows']:,} term_stat rows.",
+    ]
+    if env.get("keyword_only"):
+        return "\n".join(head + scale_keyword.render(recs)) + "\n"
+    lines = [
+        *head, "",
         f"{env['chunks']:,} chunks in {env['documents']:,} documents, {env['dim']}-d low-rank vectors"
         f" (rank 32 + noise); loaded by COPY: documents {env['documents_s']} s, chunks (tsvector + GIN)"
         f" {env['chunks_copy_s']} s, vectors (binary) {env['vectors_copy_s']} s"
@@ -352,6 +349,7 @@ def render(recs: list[dict[str, Any]], command: str) -> str:
     lines += ["", "Recall of `ragpg hybrid` is measured against the same statement with an exact vector"
               " leg; with the 1% filter ragpg takes its exact branch itself when the filter leaves at"
               " most 5,000 chunks (then recall is 1 by construction)."]
+    lines += scale_keyword.render(recs)
     return "\n".join(lines) + "\n"
 
 
@@ -373,6 +371,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shared-buffers", default="4GB",
                     help="embedded server only; keep it above the HNSW index (~2 GB per million)")
     ap.add_argument("--results", type=Path, default=HERE / "results")
+    ap.add_argument("--words-per-chunk", type=int, default=20, help="Zipf-drawn words per chunk")
+    ap.add_argument("--keyword-queries", choices=("question", "rare"), default="question",
+                    help="question: one mid-frequency word and two frequent ones; rare: 3 of ranks 300-20,000")
+    ap.add_argument("--candidates", type=int, default=40, help="keyword leg candidates (retrieval.candidates)")
+    ap.add_argument("--ingest-batch", type=int, default=1000, help="chunks per COPY transaction")
+    ap.add_argument("--no-ingest-compare", dest="ingest_compare", action="store_false",
+                    help="skip the COPY without per-term statistics")
+    ap.add_argument("--keyword-only", action="store_true", help="no vectors, no HNSW: the keyword leg only")
     a = ap.parse_args(argv)
     a.ef_search = [int(x) for x in str(a.ef_search).split(",") if x]
     command = "python bench/scale.py " + " ".join(argv if argv is not None else sys.argv[1:])
@@ -382,7 +388,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from rag_pg.api import RagPG
     from rag_pg.config import IndexSettings, Settings
-    from rag_pg.store import Store, vector_index_name
+    from rag_pg.store import Store
+    from rag_pg.vector_index import vector_index_name
 
     server = None
     workdir = Path(tempfile.mkdtemp(prefix="ragpg-scale-"))
@@ -400,28 +407,34 @@ def main(argv: list[str] | None = None) -> int:
                                " (SELECT extversion FROM pg_extension WHERE extname = 'vector')").fetchone()
             print(f"scale: loading {a.chunks:,} chunks", file=sys.stderr)
             x, in_filter, timings = load(conn, a, a.schema)
-            conn.execute(f"SET maintenance_work_mem = '{a.maintenance_work_mem}'")
-            conn.execute(f"SET max_parallel_maintenance_workers = {int(a.workers)}")
-            print("scale: building the HNSW index", file=sys.stderr)
-            t0 = time.perf_counter()
-            index_settings = IndexSettings(hnsw_m=a.m, hnsw_ef_construction=a.ef_construction,
-                                           vector_type=a.vector_type,
-                                           build_memory=a.maintenance_work_mem)
-            Store(a.schema, index_settings).ensure_vector_index(conn, MODEL, a.dim)
-            build = time.perf_counter() - t0
-            conn.execute(Q("ANALYZE {s}.chunk_vector", a.schema))
-            index = vector_index_name(MODEL)
-            sizes = conn.execute("SELECT pg_relation_size(%s::regclass), pg_relation_size(%s::regclass)",
-                                 (f'"{a.schema}"."{index}"', f'"{a.schema}".chunk_vector')).fetchone()
-            build_rec = {
+            common = {
                 "phase": "scale_build", "chunks": a.chunks, "documents": -(-a.chunks // a.chunks_per_doc),
-                "dim": a.dim, "index": index, "build_s": round(build, 2), "build_rate": round(a.chunks / build, 1),
-                "index_bytes": sizes[0], "table_bytes": sizes[1], **timings,
-                "maintenance_work_mem": a.maintenance_work_mem, "workers": a.workers,
-                "m": a.m, "ef_construction": a.ef_construction, "vector_type": a.vector_type,
+                "dim": a.dim, **timings, "words_per_chunk": a.words_per_chunk,
+                "ingest_batch": a.ingest_batch, "keyword_only": a.keyword_only,
                 "date_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "cores": os.cpu_count(),
                 "loadavg": [round(v, 2) for v in os.getloadavg()], "postgres": env[0], "pgvector": env[1],
             }
+            build_rec: dict[str, Any] = common
+            if not a.keyword_only:
+                conn.execute(f"SET maintenance_work_mem = '{a.maintenance_work_mem}'")
+                conn.execute(f"SET max_parallel_maintenance_workers = {int(a.workers)}")
+                print("scale: building the HNSW index", file=sys.stderr)
+                t0 = time.perf_counter()
+                index_settings = IndexSettings(hnsw_m=a.m, hnsw_ef_construction=a.ef_construction,
+                                               vector_type=a.vector_type,
+                                               build_memory=a.maintenance_work_mem)
+                Store(a.schema, index_settings).ensure_vector_index(conn, MODEL, a.dim)
+                build = time.perf_counter() - t0
+                conn.execute(Q("ANALYZE {s}.chunk_vector", a.schema))
+                index = vector_index_name(MODEL)
+                sizes = conn.execute("SELECT pg_relation_size(%s::regclass), pg_relation_size(%s::regclass)",
+                                     (f'"{a.schema}"."{index}"', f'"{a.schema}".chunk_vector')).fetchone()
+                build_rec = {
+                    **common, "index": index, "build_s": round(build, 2),
+                    "build_rate": round(a.chunks / build, 1), "index_bytes": sizes[0], "table_bytes": sizes[1],
+                    "maintenance_work_mem": a.maintenance_work_mem, "workers": a.workers,
+                    "m": a.m, "ef_construction": a.ef_construction, "vector_type": a.vector_type,
+                }
             print(f"scale: {build_rec}", file=sys.stderr)
             recs = [build_rec] + run_queries(conn, a, a.schema, x, in_filter)
         a.results.mkdir(parents=True, exist_ok=True)

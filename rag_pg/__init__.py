@@ -10,38 +10,76 @@ Library use::
             print(hit.path, hit.chunk.anchor, hit.score)
 """
 
-from .api import RagPG
-from .config import Settings
-from .errors import (
+from rag_pg.api import RagPG
+from rag_pg.config import Settings
+from rag_pg.convert.base import ConversionError
+from rag_pg.db import Database
+from rag_pg.embed.base import EmbeddingProvider, ProviderUnavailable
+from rag_pg.errors import (
+    CollectionNotFound,
     ConfigError,
+    DatabaseTimeout,
     DimensionMismatch,
     DocumentError,
     EmbeddingError,
     ExtensionUnavailable,
     IngestBusy,
+    LLMError,
     RagError,
+    RerankError,
     SchemaMissing,
+    SidecarError,
     StoreError,
 )
-from .models import Chunk, Document, Hit, IngestReport
+from rag_pg.locate import LegPosition, Location
+from rag_pg.models import (
+    Chunk,
+    ChunkRecord,
+    Document,
+    DocumentRecord,
+    Hit,
+    IngestReport,
+    ModelVectors,
+    RunSummary,
+    Stats,
+)
+from rag_pg.search import Expansion, Mode
 
 __version__ = "0.1.0"
 
 __all__ = [
     "Chunk",
+    "ChunkRecord",
+    "CollectionNotFound",
     "ConfigError",
+    "ConversionError",
+    "Database",
+    "DatabaseTimeout",
     "DimensionMismatch",
     "Document",
     "DocumentError",
+    "DocumentRecord",
     "EmbeddingError",
+    "EmbeddingProvider",
+    "Expansion",
     "ExtensionUnavailable",
     "Hit",
     "IngestBusy",
     "IngestReport",
+    "LLMError",
+    "LegPosition",
+    "Location",
+    "Mode",
+    "ModelVectors",
+    "ProviderUnavailable",
     "RagError",
     "RagPG",
+    "RerankError",
+    "RunSummary",
     "SchemaMissing",
     "Settings",
+    "SidecarError",
+    "Stats",
     "StoreError",
     "__version__",
 ]

@@ -1,5 +1,5 @@
 """``python -m rag_pg`` runs the CLI."""
 
-from .cli import main
+from rag_pg.cli import main
 
 main()

@@ -3,38 +3,49 @@
 from __future__ import annotations
 
 import threading
-import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager, nullcontext
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import psycopg
+from psycopg.rows import scalar_row
 
-from .bm25 import BM25Params
-from .config import Settings
-from .db import ConnectionSource, PoolSource, prepare, source_for
-from .embed import make_provider, serving
-from .embed.base import EmbeddingProvider
-from .errors import ConfigError, SchemaMissing, StoreError
-from .ingest import Ingestor, ProgressFn
-from .models import Hit, IngestReport
-from .search import MODES, Searcher, SearchRequest, StaleCollection, unfiltered
-from .store import Store
+from rag_pg import records, replica, tenancy
+from rag_pg.bm25 import BM25Params
+from rag_pg.config import Settings
+from rag_pg.db import ConnectionSource, Database, PoolSource, prepare, source_for
+from rag_pg.embed import make_provider, serving
+from rag_pg.embed.base import EmbeddingProvider
+from rag_pg.errors import ConfigError, ExtensionUnavailable, RagError, SchemaMissing, StoreError
+from rag_pg.hits import Candidate, shape
+from rag_pg.ingest import Ingestor, ProgressFn
+from rag_pg.ingest_runs import abort_stale_runs
+from rag_pg.locate import DEFAULT_DEPTH as LOCATE_DEPTH
+from rag_pg.locate import Location, locate_target
+from rag_pg.locks import lock_free
+from rag_pg.models import DocumentRecord, Hit, IngestReport, Stats, with_citation_urls
+from rag_pg.question import keyword_text
+from rag_pg.rerank import Reranker
+from rag_pg.search import (
+    MODES,
+    CollectionInfo,
+    CollectionModel,
+    Expansion,
+    Mode,
+    Searcher,
+    SearchPlan,
+    settle,
+    unfiltered,
+)
+from rag_pg.store import Store
 
-#: How long a search trusts what it read of a collection (its model, whether it is small
-#: enough for exact search). The model is re-checked in every search's own round trip anyway;
-#: only the exact/index choice can lag this long behind a collection that grows or shrinks.
-COLLECTION_INFO_TTL = 30.0
-
-
-@dataclass(frozen=True, slots=True)
-class _CollectionInfo:
-    model: str | None
-    dimension: int | None
-    small: bool  # at most retrieval.exact_limit vectors: exact search beats the index
-    vector_kind: str | None  # what the model's index casts to (a search must cast the same)
-    read_at: float
+#: A search reads its collection and its candidates in one snapshot, so that the model it
+#: embedded the query with is the one whose vectors it scans, even while `ragpg reembed`
+#: switches the collection to another model. Read-only: it never waits, never fails to commit.
+SEARCH_SNAPSHOT = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
+_IDLE = psycopg.pq.TransactionStatus.IDLE
 
 
 class RagPG:
@@ -48,11 +59,12 @@ class RagPG:
 
     def __init__(
         self,
-        database: Any = None,
+        database: Database | None = None,
         settings: Settings | None = None,
         *,
         provider: EmbeddingProvider | None = None,
         warn: Callable[[str], None] | None = None,
+        tenant: str | None = None,
     ):
         self.settings = settings or Settings()
         self.warn = warn or (lambda message: None)
@@ -61,21 +73,20 @@ class RagPG:
             raise ConfigError(
                 "no database: pass a URL or connection, or set database.url / RAGPG_DATABASE_URL"
             )
-        self.source: ConnectionSource = source_for(target, pool_size=self.settings.database.pool_size)
+        # With tenancy, every connection lent acts for the tenant (docs/tenancy.md).
+        t = self.settings.tenancy
+        self.source: ConnectionSource = tenancy.scoped(source_for(
+            target, pool_size=self.settings.database.pool_size,
+            connect_timeout=self.settings.database.connect_timeout,
+            call_timeout=self.settings.database.call_timeout or None), t.enabled, tenant or t.tenant)
+        # Read-only operations borrow from here: a replica's pool with database.read_url.
+        self.reads = tenancy.scoped(replica.ReadRouter(self.source, self.settings.database),
+                                    t.enabled, tenant or t.tenant)
         self._provider = provider
         self._owns_provider = provider is None  # never close what the caller handed over
         self._provider_lock = threading.Lock()
         self.store = Store(self.settings.database.schema, self.settings.index)
         self.searcher = Searcher(self.settings.database.schema)
-        self._collections: dict[str, _CollectionInfo] = {}
-        r = self.settings.retrieval
-        # What every search request takes from [retrieval], read once (settings never change).
-        self._retrieval: dict[str, Any] = {
-            "rrf_k": r.rrf_k, "ef_search": r.ef_search, "exact_limit": r.exact_limit,
-            "weights": {"vector": r.vector_weight, "keyword": r.keyword_weight},
-            "bm25": BM25Params(r.bm25_k1, r.bm25_b), "max_scan_tuples": r.max_scan_tuples,
-            "iterative_scan": r.iterative_scan,
-        }
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -88,6 +99,7 @@ class RagPG:
         return self._provider
 
     def close(self) -> None:
+        self.reads.close()
         self.source.close()
         if self._provider is not None and self._owns_provider:
             self._provider.close()
@@ -100,18 +112,21 @@ class RagPG:
 
     def init(self) -> str:
         """Create or upgrade the schema (``alembic upgrade head``); returns the revision."""
-        from . import migrate  # Alembic + SQLAlchemy take ~0.5 s to import: only `init` needs them
+        from rag_pg import (
+            migrate,  # Alembic + SQLAlchemy take ~0.5 s to import: only `init` needs them
+        )
 
         with self.source.connection() as conn:
             migrate.upgrade(conn, self.settings.database.schema)
+            if self.settings.tenancy.enabled:
+                tenancy.enable(conn, self.settings.database.schema)
             return migrate.current_revision(conn, self.settings.database.schema) or ""
 
     def _checked(self, conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
-        schema = self.settings.database.schema
-        with conn.transaction():
-            row = conn.execute("SELECT to_regclass(%s)", (f'"{schema}".document',)).fetchone()
-        if not row or row[0] is None:
-            raise SchemaMissing(f"the {schema!r} schema is not initialised: run `ragpg init`")
+        with conn.transaction(), conn.cursor(row_factory=scalar_row) as cur:
+            table = cur.execute("SELECT to_regclass(%s)", (self.store.q.table("document"),)).fetchone()
+        if table is None:
+            raise self._schema_missing()
         return prepare(conn)
 
     # -- operations --------------------------------------------------------------------------
@@ -126,21 +141,51 @@ class RagPG:
         dry_run: bool = False,
         progress: ProgressFn | None = None,
     ) -> IngestReport:
-        """Index a Markdown tree incrementally (see SPEC §2.6)."""
+        """Index a Markdown tree incrementally: new and changed files are parsed, chunked,
+        embedded and written (each document in one transaction), unchanged ones skipped;
+        ``prune`` deletes the documents whose file is gone, ``full`` re-indexes everything."""
         with self.source.connection() as conn:
             self._checked(conn)
         ingestor = Ingestor(self.settings, _Checked(self), self.provider, progress=progress, warn=self.warn)
-        return ingestor.run(
-            root if root is not None else self.settings.source.root,
-            collection=collection, full=full, prune=prune, dry_run=dry_run,
-        )
+        try:
+            report = ingestor.run(
+                root if root is not None else self.settings.source.root,
+                collection=collection, full=full, prune=prune, dry_run=dry_run,
+            )
+        finally:
+            self.reads.wrote()
+        if not dry_run and report.documents_skipped and not report.documents_indexed:
+            drift = self._model_drift(report.collection)
+            if drift is not None:
+                report.warnings.append(drift)
+        return report
+
+    def _model_drift(self, collection: str) -> str | None:
+        """After a run that wrote nothing: whether the collection's model is not the configured
+        provider's (a model changed in the configuration). Such a run decides "unchanged"
+        against the collection's model without asking the provider, so this asks once; a
+        provider that does not answer leaves the question open (the run needed none)."""
+        with self.source.connection() as conn:
+            bound = self.store.collection_model(conn, collection)
+        if bound is None or bound[0] is None:
+            return None
+        try:
+            configured = self.provider.model
+        except RagError:
+            return None
+        if configured in (None, bound[0]):
+            return None
+        return (f"collection {collection!r} is indexed with {bound[0]!r}, the configured provider"
+                f" gives {configured!r}: its unchanged documents keep their {bound[0]!r} vectors"
+                f" and searches need that model; run `ragpg reembed --collection {collection}`"
+                " to switch")
 
     def search(
         self,
         query: str,
         k: int | None = None,
         *,
-        mode: str | None = None,
+        mode: Mode | None = None,
         collection: str | None = None,
         path_prefix: str | None = None,
         filters: Mapping[str, Any] | None = None,
@@ -148,7 +193,7 @@ class RagPG:
         node_type: str | None = None,
         max_per_document: int | None = None,
         neighbours: int = 0,
-        expand: str | None = None,
+        expand: Expansion | None = None,
         rerank: bool | None = None,
     ) -> list[Hit]:
         """The best passages for ``query``, best first, each with its provenance.
@@ -165,70 +210,92 @@ class RagPG:
         collection = collection or self.settings.collection
         if mode is not None and mode not in MODES:
             raise ConfigError(f"mode must be one of {', '.join(MODES)} (got {mode!r})")
-        mode = mode or self.settings.retrieval.mode
+        chosen = mode or self.settings.retrieval.mode
         use_rerank = self.settings.rerank.enabled if rerank is None else rerank
         options = {"path_prefix": path_prefix, "filters": filters, "level": level,
                    "node_type": node_type, "max_per_document": max_per_document,
                    "neighbours": neighbours, "expand": expand}
         try:
-            return self._search(query, k, mode, collection, use_rerank, options)
+            hits = self._search(query, k, chosen, collection, use_rerank, options)
         except psycopg.OperationalError as exc:
             if not self.source.owns_connections or not _connection_lost(exc):
                 raise
-            # The pool lends a recently used connection without a ping: if the server went
-            # away meanwhile, that connection is now discarded; a search is safe to repeat.
-            return self._search(query, k, mode, collection, use_rerank, options)
+            # The server went away under the connection (a restart, a failover): the pool
+            # replaces it, and a search, which writes nothing, is safe to run again once.
+            hits = self._search(query, k, chosen, collection, use_rerank, options)
+        return with_citation_urls(hits, self.settings.citation.url)
 
     def _search(
         self, query: str, k: int, mode: str | None, collection: str, use_rerank: bool,
         options: dict[str, Any],
     ) -> list[Hit]:
-        with self.source.connection() as conn:
-            newer_than = 0.0
+        """Read the collection, embed the query with no transaction open (a slow embedding
+        service never holds a snapshot or locks; the connection waits idle), then run the
+        settings and the statement in one snapshot that reads the collection again. If a
+        `ragpg reembed` switched its model in between, the search starts over once."""
+        with self.reads.connection() as conn:
             for attempt in (1, 2):
-                info = self._collection_info(conn, collection, newer_than=newer_than)
-                newer_than = info.read_at + 1e-9  # a second attempt reads again (once)
-                prepare(conn)  # pgvector's types, once per connection
-                try:
-                    return self._search_once(conn, query, k, mode, collection, info, use_rerank,
-                                             options)
-                except StaleCollection:
-                    continue  # a reembed switched the model meanwhile: read it again
-                except psycopg.errors.UndefinedTable:
-                    self._collections.clear()  # the schema went away: the re-read says so
-                    if attempt > 1:
-                        raise
-            raise StoreError(f"collection {collection!r} keeps changing model; try again")
+                info = self._read_collection(conn, collection)
+                if info.model is None and attempt == 1:
+                    # No vectors: maybe no such collection (a model proves it exists).
+                    self._require_collection(conn, collection)
+                settled = settle(self._plan(query, k, mode, collection, info, use_rerank, options),
+                                 iterative_scans=info.iterative_scans)
+                if settled is None:
+                    return []
+                plan = settled
+                rows, seen = self._run_plan(conn, collection, plan)
+                if (seen.model, seen.dimension) == (info.model, info.dimension) or attempt == 2:
+                    break
+        if not use_rerank:
+            return shape(rows, plan)
+        reranker = Reranker(self.settings.rerank)
+        try:
+            return shape(rows, plan, reranker=lambda found: reranker.rerank(query, found, k))
+        finally:
+            reranker.close()
 
-    def _collection_info(
-        self, conn: psycopg.Connection[Any], collection: str, *, newer_than: float = 0.0
-    ) -> _CollectionInfo:
-        """The collection's model and size, read once per COLLECTION_INFO_TTL (a round trip
-        less per search), or again when the cached one was read before ``newer_than``; a
-        savepoint, so a failure leaves a caller's transaction usable."""
-        info = self._collections.get(collection)
-        if (info is not None and info.read_at >= newer_than
-                and time.monotonic() - info.read_at < COLLECTION_INFO_TTL):
-            return info
-        with conn.transaction():
-            self._checked(conn)
-            bound = self.store.collection_model(conn, collection)
-            row = conn.execute(
-                self.searcher.small_collection(self.settings.retrieval.exact_limit),
-                {"collection": collection},
-            ).fetchone()
-            model, dimension = bound if bound else (None, None)
-            kind = self.store.vector_index_kind(conn, model) if model else None
-        info = _CollectionInfo(model, dimension, bool(row and row[0]), kind, time.monotonic())
-        self._collections[collection] = info
-        return info
+    def _schema_missing(self) -> SchemaMissing:
+        schema = self.settings.database.schema
+        return SchemaMissing(f"the {schema!r} schema is not initialised: run `ragpg init`")
 
-    def _search_once(
-        self, conn: psycopg.Connection[Any], query: str, k: int, mode: str | None,
-        collection: str, info: _CollectionInfo, use_rerank: bool, options: dict[str, Any],
-    ) -> list[Hit]:
-        model, dimension = info.model, info.dimension
-        if model is None:
+    def _read_collection(self, conn: psycopg.Connection[Any], collection: str) -> CollectionInfo:
+        # One statement: on ragpg's own (autocommit) connections no BEGIN/COMMIT around it; a
+        # caller's connection is left as it was found (a transaction block ends where it began).
+        # Acting for a tenant, every statement needs a transaction that names it.
+        block = nullcontext() if conn.autocommit and not tenancy.active() else conn.transaction()
+        try:
+            prepare(conn)  # pgvector's types, unless this connection has them already
+            with block:
+                return self.searcher.read_collection(
+                    conn, collection, self.settings.retrieval.exact_limit)
+        except (ExtensionUnavailable, psycopg.errors.UndefinedTable):
+            raise self._schema_missing() from None
+
+    def _run_plan(self, conn: psycopg.Connection[Any], collection: str,
+                  plan: SearchPlan) -> tuple[list[Candidate], CollectionModel]:
+        """The candidates and the collection's model as one snapshot saw them, in one round
+        trip (BEGIN, model, settings, statement, COMMIT, pipelined)."""
+        snapshot = conn.info.transaction_status == _IDLE  # else a caller's transaction
+        try:
+            with conn.pipeline():
+                with conn.transaction():
+                    if snapshot:
+                        conn.execute(SEARCH_SNAPSHOT)
+                    seen = self.searcher.send_model(conn, collection)
+                    cur = self.searcher.execute(conn, plan)
+                model = seen.fetchone() or CollectionModel(None, None)
+                rows = cur.fetchall()
+        except psycopg.errors.UndefinedTable:
+            raise self._schema_missing() from None
+        return rows, model
+
+    def _plan(
+        self, query: str, k: int, mode: str | None, collection: str, info: CollectionInfo,
+        use_rerank: bool, options: dict[str, Any],
+    ) -> SearchPlan:
+        """Arguments + [retrieval] settings + the collection -> the plan (embeds the query)."""
+        if info.model is None:
             if mode == "vector":
                 raise StoreError(f"collection {collection!r} has no vectors: use keyword mode")
             mode = "keyword"
@@ -237,94 +304,117 @@ class RagPG:
         if mode in ("hybrid", "vector"):
             # The provider (or the part of a chain) of the collection's model: a chain
             # holding both models follows the collection through a `ragpg reembed`.
-            provider = serving(self.provider, model, dimension)
+            provider = serving(self.provider, info.model, info.dimension)
             if provider is None:
                 raise StoreError(
-                    f"collection {collection!r} is indexed with {model!r}, the configured"
+                    f"collection {collection!r} is indexed with {info.model!r}, the configured"
                     f" provider gives {self.provider.model!r}"
                 )
             qvec = provider.embed("query", [query])[0]
-        request = self._search_request(query, k, mode, collection, qvec, info, use_rerank, **options)
-        expect = (model, dimension)
-        own = self.source.owns_connections
-        if not use_rerank:
-            hits = self.searcher.run(conn, request, expect=expect, own_session=own)
-        else:
-            from .rerank import Reranker
-
-            reranker = Reranker(self.settings.rerank)
-            try:
-                hits = self.searcher.run(
-                    conn, request, reranker=lambda found: reranker.rerank(query, found, k),
-                    expect=expect, own_session=own,
-                )
-            finally:
-                reranker.close()
-        if not hits and model is not None:
-            # No row to carry the collection's model: make sure it did not just change (the
-            # re-read is cached, so a retry after StaleCollection does not read it again).
-            now = self._collection_info(conn, collection, newer_than=info.read_at + 1e-9)
-            if (now.model, now.dimension) != expect:
-                raise StaleCollection(collection)
-        return hits
-
-    def _search_request(
-        self, query: str, k: int, mode: str, collection: str, qvec: Any, info: _CollectionInfo,
-        use_rerank: bool, **options: Any,
-    ) -> SearchRequest:
-        """Arguments + [retrieval] settings -> the searcher's request (validated there)."""
         r = self.settings.retrieval
-        filters = options.pop("filters")
+        filters = options["filters"]
         if filters is not None and not isinstance(filters, Mapping):
             raise ConfigError("filters must be a mapping of front-matter keys to values")
         candidates, exact = max(r.candidates, k), None
         if unfiltered(options["path_prefix"], filters, options["level"], options["node_type"]):
-            # The whole collection, whose size we know: exact search or the index, decided
-            # here; with nothing to fuse or rerank, k rows are enough (the index's breadth is
-            # ef_search; with a filter, the extra rows also widen the iterative scan).
+            # The whole collection, whose size was just read: exact search or the index,
+            # decided here; with nothing to fuse or rerank, k rows are enough (the index's
+            # breadth is ef_search; with a filter, the extra rows also widen the iterative scan).
             exact = info.small
             if mode == "vector" and not use_rerank:
                 candidates = k
-        return SearchRequest(
-            collection=collection, k=k, mode=mode, query_text=query, query_vector=qvec,
+        return SearchPlan(
+            collection=collection, k=k, mode=cast(Mode, mode), query_vector=qvec,
+            # hybrid: the keyword leg's words (rag_pg.question); keyword mode is the SQL's BM25
+            query_text=keyword_text(query) if mode == "hybrid" else query,
             model=info.model, dimension=info.dimension, candidates=candidates, exact=exact,
             front_matter=dict(filters) if filters else None, vector_kind=info.vector_kind,
-            neighbours=int(options.pop("neighbours") or 0), **self._retrieval, **options,
+            path_prefix=options["path_prefix"], level=options["level"],
+            node_type=options["node_type"], max_per_document=options["max_per_document"],
+            neighbours=int(options["neighbours"] or 0), expand=options["expand"],
+            rrf_k=r.rrf_k, fusion=r.fusion, ef_search=r.ef_search, exact_limit=r.exact_limit,
+            weights={"vector": r.vector_weight, "keyword": r.keyword_weight},
+            bm25=BM25Params(r.bm25_k1, r.bm25_b), max_scan_tuples=r.max_scan_tuples,
+            iterative_scan=r.iterative_scan,
         )
+
+    def locate(
+        self,
+        query: str,
+        target: str,
+        *,
+        mode: Mode | None = None,
+        collection: str | None = None,
+        path_prefix: str | None = None,
+        filters: Mapping[str, Any] | None = None,
+        level: int | None = None,
+        node_type: str | None = None,
+        depth: int = LOCATE_DEPTH,
+    ) -> Location:
+        """Why ``target`` (``path`` or ``path#anchor``) is, or is not, among the hits of
+        ``query``: its rank and raw score in each retriever's list and in the fused one, down
+        to ``depth``, or why it is absent (a filter removed it, no match, ranked deeper)."""
+        return locate_target(self, query, target, mode=mode, collection=collection,
+                             path_prefix=path_prefix, filters=filters, level=level,
+                             node_type=node_type, depth=depth)
 
     def get_document(
         self, path: str | None = None, *, id: int | None = None, collection: str | None = None
-    ) -> dict[str, Any] | None:
-        """A document's row and its chunks in order (with provenance), or None."""
+    ) -> DocumentRecord | None:
+        """A stored document and its chunks in order (with provenance), by ``path`` in the
+        collection or by ``id``; None when there is none. ``.to_dict()`` gives its JSON."""
         collection = collection or self.settings.collection
-        with self.source.connection() as conn, conn.transaction():
+        with self.reads.connection() as conn, conn.transaction():
             self._checked(conn)
-            if id is not None:
-                row = conn.execute(self.store.q("document_by_id"), {"id": id}).fetchone()
-            else:
-                row = conn.execute(
-                    self.store.q("document_by_path"), {"collection": collection, "path": path}
-                ).fetchone()
-            if row is None:
-                return None
-            keys = ("id", "collection", "path", "title", "content_hash", "front_matter",
-                    "parent_path", "level", "node_type", "embed", "language", "chunk_count",
-                    "token_count", "indexed_at")
-            doc = dict(zip(keys, row, strict=True))
-            doc["indexed_at"] = doc["indexed_at"].isoformat()
-            chunks = conn.execute(self.store.q("document_chunks"), {"document_id": doc["id"]}).fetchall()
-            doc["chunks"] = [
-                {"id": c[0], "position": c[1], "section": c[2], "anchor": c[3], "content": c[4],
-                 "token_count": c[5], "content_hash": c[6]}
-                for c in chunks
-            ]
-            return doc
+            found = records.document(conn, self.store.q, collection=collection, path=path, id=id)
+            if found is None and id is None:
+                self._require_collection(conn, collection)
+            return found
 
-    def stats(self, collection: str | None = None) -> dict[str, Any]:
+    def stats(self, collection: str | None = None) -> Stats:
+        """What the collection holds: documents, chunks, vectors per model, the last run."""
         collection = collection or self.settings.collection
-        with self.source.connection() as conn, conn.transaction():
+        with self.reads.connection() as conn, conn.transaction():
             self._checked(conn)
-            return self.store.stats(conn, collection)
+            stats = records.stats(conn, self.store.q, collection)
+            if stats.documents == 0 and stats.model is None and stats.last_run is None:
+                self._require_collection(conn, collection)
+        if stats.last_run is not None and stats.last_run.status == "running":
+            stats = self._settle_last_run(stats)
+        return stats
+
+    def _settle_last_run(self, stats: Stats) -> Stats:
+        """A run shown ``running`` while nobody holds the collection's lock was left by a
+        process that died (a SIGKILL, a lost machine): it is marked ``aborted`` (on the
+        primary), so that no report shows a dead run as under way."""
+        schema = self.settings.database.schema
+        with self.source.connection() as conn:
+            prepare(conn)
+            if not lock_free(conn, schema, stats.collection):
+                return stats
+            abort_stale_runs(conn, schema, stats.collection)
+        assert stats.last_run is not None
+        return replace(stats, last_run=replace(stats.last_run, status="aborted"))
+
+    def collections(self) -> list[str]:
+        """The names of the index's collections."""
+        with self.reads.connection() as conn, conn.transaction():
+            self._checked(conn)
+            return records.collection_names(conn, self.store.q)
+
+    def require_collection(self, collection: str | None = None) -> None:
+        """Raise :class:`CollectionNotFound` unless ``collection`` exists (or is the
+        configured one, which is only empty before its first ingest)."""
+        with self.reads.connection() as conn, conn.transaction():
+            self._checked(conn)
+            self._require_collection(conn, collection or self.settings.collection)
+
+    def _require_collection(self, conn: psycopg.Connection[Any], collection: str) -> None:
+        """Every read of a named collection passes here: an unknown name is an error (a
+        typo must not read as "no result"), except the configured collection."""
+        if collection != self.settings.collection:
+            with conn.transaction() if tenancy.active() else nullcontext():
+                records.require_collection(conn, self.store.q, collection)
 
 
 def _connection_lost(exc: psycopg.OperationalError) -> bool:
@@ -340,19 +430,15 @@ class _Checked:
         self._rag = rag
         self.owns_connections = rag.source.owns_connections
 
-    def connection(self) -> Any:
-        from contextlib import contextmanager
-
-        @contextmanager
-        def lend() -> Any:
-            with self._rag.source.connection() as conn:
-                yield prepare(conn)
-
-        return lend()
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection[Any]]:
+        with self._rag.source.connection() as conn:
+            yield prepare(conn)
 
     def dedicated(self) -> psycopg.Connection[Any]:
-        assert isinstance(self._rag.source, PoolSource)
-        return self._rag.source.dedicated()
+        source = tenancy.unwrapped(self._rag.source)
+        assert isinstance(source, PoolSource)
+        return source.dedicated()
 
     def close(self) -> None:
         pass

@@ -1,6 +1,6 @@
 """BM25: the query text made safe for Postgres, and a pure-Python reference of the SQL scoring.
 
-The ranking itself runs in SQL (``search_keyword_leg`` in ``sql/queries.sql``) over the stored
+The ranking itself runs in SQL (``search_keyword_leg`` in ``sql/search.sql``) over the stored
 ``tsvector``: Postgres does the tokenising, French/English stemming, accent folding and
 stop-word removal, per the chunk's own text search configuration. This module prepares what
 is sent (user text never reaches ``to_tsquery``) and states the formula in Python, so that the
@@ -88,6 +88,19 @@ def score(
         if tf:
             total += qtf * idf(n, df[term]) * tf * (k1 + 1) / (tf + k1 * norm)
     return total
+
+
+def term_bound(
+    qtf: int, *, n: float, df: int, max_tf: int, min_dl: float, avgdl: float,
+    params: BM25Params = BM25Params(),
+) -> float:
+    """The most one query term can add to any chunk's score, from its statistics: the term
+    weight grows with tf and shrinks with the length, so its largest frequency in one chunk
+    and the shortest chunk holding it bound it (``kw_bounds`` in the pruned keyword leg).
+    Deletes leave ``max_tf``/``min_dl`` as they were: the bound only loosens."""
+    k1, b = params.k1, params.b
+    norm = 1 - b + b * min_dl / max(avgdl, 1.0)
+    return qtf * idf(n, df) * max_tf * (k1 + 1) / (max_tf + k1 * norm)
 
 
 def rank(

@@ -2,37 +2,104 @@
 
 from __future__ import annotations
 
+import functools
+import re
 import threading
-import time
-import weakref
 from collections.abc import Iterator
-from contextlib import contextmanager
-from types import TracebackType
-from typing import Any, Protocol
+from contextlib import AbstractContextManager, contextmanager
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypeVar, Union
 
 import psycopg
 from pgvector.psycopg import register_vector
+from psycopg.abc import PQGen
+from psycopg.conninfo import conninfo_to_dict
+from psycopg.errors import _WaitTimeout
+from psycopg.rows import TupleRow
+from psycopg_pool import ConnectionPool, PoolTimeout
 
-from .config import redact_url
-from .errors import ExtensionUnavailable, StoreError
+from rag_pg import tenancy
+from rag_pg.config import DatabaseSettings, redact_url
+from rag_pg.errors import ConfigError, DatabaseTimeout, ExtensionUnavailable, StoreError
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine import Connection as SAConnection
+    from sqlalchemy.engine import Engine
+
+#: What ``RagPG(database)`` accepts: a URL, or a caller's psycopg or SQLAlchemy object
+#: (SQLAlchemy on the psycopg 3 driver; it is imported only by those who pass one, hence the
+#: names in quotes, and Union: ``|`` cannot join a quoted name at run time).
+Database: TypeAlias = Union[str, psycopg.Connection[Any], "Engine", "SAConnection"]  # noqa: UP007
 
 APPLICATION_NAME = "ragpg"
 
 # Settings for ragpg's own connections: a stuck peer never holds a lock forever.
 OWN_CONNECTION_OPTIONS = "-c idle_in_transaction_session_timeout=300000 -c lock_timeout=60000"
 
-# A pooled connection given back this recently is lent again without a ping (PoolSource).
-RECENTLY_USED_SECONDS = 2.0
-# ... and goes through the pool at least this often, whose lifetime and idle rules then apply.
-POOL_ROUND_SECONDS = 60.0
+DEFAULT_CONNECT_TIMEOUT = DatabaseSettings().connect_timeout
+DEFAULT_CALL_TIMEOUT = DatabaseSettings().call_timeout
 
+# TCP keepalives and tcp_user_timeout (libpq options, ignored on a Unix socket): a peer that
+# vanished (a lost host, a cable, a blackholed route) is noticed in about a minute even while
+# the connection is idle in the pool or waits for a lock, instead of after the kernel's hours.
+KEEPALIVE_OPTIONS = {
+    "keepalives": 1,
+    "keepalives_idle": 30,
+    "keepalives_interval": 10,
+    "keepalives_count": 3,
+    "tcp_user_timeout": 60_000,  # ms sent data may stay unacknowledged before the socket fails
+}
+RV = TypeVar("RV")
 _IDLE = psycopg.pq.TransactionStatus.IDLE
-_INERROR = psycopg.pq.TransactionStatus.INERROR
-# Transaction states in which a connection given back still has work to end.
-_OPEN_TRANSACTION = (psycopg.pq.TransactionStatus.INTRANS, _INERROR)
 
-_registered: weakref.WeakSet[psycopg.Connection[Any]] = weakref.WeakSet()
-_registered_lock = threading.Lock()
+
+class DeadlineConnection(psycopg.Connection[TupleRow]):
+    """A psycopg connection whose every wait for the server ends after ``call_timeout`` s.
+
+    Keepalives cannot tell a frozen server from a busy one: its kernel still acknowledges
+    every packet, and a cancel request is only acted on once the backend runs again. So the
+    wait itself is bounded (psycopg's own timeout on the generator of each call); past it the
+    query is cancelled, the connection closed (a pool then discards it), and the caller gets
+    one :class:`DatabaseTimeout` instead of hanging. ``None`` or 0: no limit.
+    """
+
+    call_timeout: float | None = None
+    tenant_aware = True  # each transaction opened here first sets the tenant (rag_pg.tenancy)
+
+    @contextmanager
+    def transaction(
+        self, savepoint_name: str | None = None, force_rollback: bool = False
+    ) -> Iterator[psycopg.Transaction]:
+        tenant = tenancy.active() if self.info.transaction_status == _IDLE else None
+        with super().transaction(savepoint_name, force_rollback) as tx:
+            if tenant is not None:
+                self.execute(tenancy.statement(tenant))
+            yield tx
+
+    def wait(self, gen: PQGen[RV], interval: float = 0.1, timeout: float | None = None) -> RV:
+        limit = self.call_timeout
+        if timeout is not None or not limit:
+            return super().wait(gen, interval=interval, timeout=timeout)
+        try:
+            return super().wait(gen, interval=interval, timeout=limit)
+        except _WaitTimeout:
+            # Cancel (the server stops the statement once it runs again), then close: the
+            # state of a connection abandoned mid-call is unknown, it must not be reused.
+            try:  # quietly: psycopg's own helper would log a warning line beside ours
+                self.cancel_safe(timeout=min(limit, 2.0))
+            except Exception:  # noqa: BLE001 - the server may not even take the request
+                pass
+            self.pgconn.finish()
+            raise DatabaseTimeout(
+                f"the database did not answer within {limit:g} s (database.call_timeout):"
+                " the call was cancelled and its connection closed"
+            ) from None
+
+
+def _deadline_connect(url: str, connect_timeout: float,
+                      call_timeout: float | None) -> DeadlineConnection:
+    conn = DeadlineConnection.connect(url, **_connect_kwargs(url, connect_timeout))
+    conn.call_timeout = call_timeout
+    return conn
 
 
 class ConnectionSource(Protocol):
@@ -40,160 +107,114 @@ class ConnectionSource(Protocol):
 
     owns_connections: bool
 
-    def connection(self) -> Any: ...  # context manager yielding psycopg.Connection
+    def connection(self) -> AbstractContextManager[psycopg.Connection[Any]]: ...
 
     def close(self) -> None: ...
 
 
+def has_vector_types(conn: psycopg.Connection[Any]) -> bool:
+    """Whether pgvector's types are registered on this connection (its own adapters map)."""
+    return conn.adapters.types.get("vector") is not None
+
+
 def prepare(conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
-    """Register pgvector's types once per connection (needs the extension to exist)."""
-    if conn in _registered:
-        return conn
-    with _registered_lock:
-        if conn in _registered:
-            return conn
+    """Register pgvector's types on ``conn`` unless they already are (needs the extension)."""
+    if not has_vector_types(conn):
         try:
             register_vector(conn)
         except psycopg.ProgrammingError as exc:
             raise ExtensionUnavailable(
                 "the pgvector extension is not installed in this database: run `ragpg init`"
             ) from exc
-        _registered.add(conn)
     return conn
 
 
-class PoolSource:
-    """A URL: ragpg owns a small psycopg pool (thread-safe; closed by :meth:`close`).
+def _configure(conn: psycopg.Connection[Any], call_timeout: float | None) -> None:
+    """A new pooled connection: its call deadline, and pgvector's types when the extension
+    exists already (before ``ragpg init`` it does not; :func:`prepare` registers them once it
+    does)."""
+    if isinstance(conn, DeadlineConnection):
+        conn.call_timeout = call_timeout
+    try:
+        register_vector(conn)
+    except psycopg.ProgrammingError:
+        pass
 
-    In front of the pool sits a short list of connections given back moments ago in good
-    order: they are lent again from there, without a ping and without the pool's own
-    bookkeeping, which costs a search more than a tenth of a millisecond when it runs cold
-    between two waits on the network (measured on a 2-core machine). One idle for longer
-    than ``RECENTLY_USED_SECONDS`` goes back to the pool at the next request, where its check
-    (a ping) applies again, and one lent from the list for ``POOL_ROUND_SECONDS`` goes back
-    at its next return, where the pool's lifetime and idle rules apply; while a thread waits
-    on the pool, every connection given back goes to the pool, so the list never keeps one
-    from it. A server restart inside that moment costs the next operation an
-    OperationalError (a search retries once, see RagPG.search).
-    """
+
+def _reset(conn: psycopg.Connection[Any]) -> None:
+    """A connection given back to the pool: autocommit again, as ragpg's connections are (a
+    migration switches it off for a while)."""
+    if not conn.autocommit:
+        conn.autocommit = True
+
+
+class PoolSource:
+    """A URL: ragpg owns a psycopg pool (thread-safe; opened on first use, closed by
+    :meth:`close`). Connections are autocommit, so transactions are explicit blocks; the pool
+    commits a transaction left open when the block succeeds, rolls it back when it fails,
+    checks a connection before lending it and replaces a broken one."""
 
     owns_connections = True
 
-    def __init__(self, url: str, *, max_size: int = 4, connect_timeout: float = 10.0):
-        from psycopg_pool import ConnectionPool
-
+    def __init__(self, url: str, *, max_size: int = 4,
+                 connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+                 call_timeout: float | None = DEFAULT_CALL_TIMEOUT):
+        check_url(url)
         self.url = url
-        self._pool = ConnectionPool(
+        self.connect_timeout = connect_timeout
+        self.call_timeout = call_timeout
+        self._pool: ConnectionPool[DeadlineConnection] = ConnectionPool(
             url,
+            connection_class=DeadlineConnection,
             min_size=0,
             max_size=max(1, max_size),
-            kwargs={
-                "autocommit": True,
-                "application_name": APPLICATION_NAME,
-                "connect_timeout": int(connect_timeout),
-                "options": OWN_CONNECTION_OPTIONS,
-            },
+            kwargs=_connect_kwargs(url, connect_timeout),
+            configure=functools.partial(_configure, call_timeout=call_timeout),
+            reset=_reset,
+            check=ConnectionPool.check_connection,
             open=False,
             timeout=connect_timeout,
-            check=ConnectionPool.check_connection,
+            name=APPLICATION_NAME,
         )
-        self._opened = False
-        self._lock = threading.Lock()
-        # (connection, given back at, taken from the pool at), oldest first
-        self._ready: list[tuple[psycopg.Connection[Any], float, float]] = []
-        self._waiting = 0  # threads inside the pool's getconn
+        self._open_lock = threading.Lock()
+        self._closed = False
 
-    def _open(self) -> None:
-        with self._lock:
-            if not self._opened:
-                self._pool.open(wait=False)
-                self._opened = True
+    @property
+    def pool(self) -> ConnectionPool[DeadlineConnection]:
+        return self._pool
 
-    def connection(self) -> _Lease:
-        """A connection for a ``with`` block: a transaction left open on exit commits when the
-        block succeeds and rolls back when it fails, as psycopg_pool's ``connection()`` does."""
-        return _Lease(self)
-
-    def _lend(self) -> tuple[psycopg.Connection[Any], float]:
-        """A connection and when it left the pool."""
-        if not self._opened:
-            self._open()
-        now = time.monotonic()
-        with self._lock:
-            if self._ready and now - self._ready[-1][1] < RECENTLY_USED_SECONDS:
-                conn, _, since = self._ready.pop()
-                return conn, since
-            stale = [entry[0] for entry in self._ready]  # the newest is too old: all are
-            self._ready.clear()
-            self._waiting += 1
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection for a ``with`` block (the pool's own ``connection()``)."""
+        if self._pool.closed:
+            with self._open_lock:
+                if self._closed:
+                    raise StoreError("this RagPG is closed")
+                if self._pool.closed:
+                    # One direct connection first: a refused or misconfigured server is
+                    # reported at once with libpq's own reason, instead of the pool's
+                    # workers retrying (and logging) until its timeout.
+                    connect(self.url, connect_timeout=self.connect_timeout).close()
+                    self._pool.open(wait=False)
         try:
-            for conn in stale:
-                self._pool.putconn(conn)
-            return self._pool.getconn(), now
-        except Exception as exc:
-            raise StoreError(f"database unavailable at {redact_url(self.url)}: {_one_line(exc)}") from None
-        finally:
-            with self._lock:
-                self._waiting -= 1
-
-    def _give_back(self, conn: psycopg.Connection[Any], since: float, failed: bool) -> None:
-        try:
-            status = conn.pgconn.transaction_status
-            if status in _OPEN_TRANSACTION:
-                if failed or status == _INERROR:
-                    conn.rollback()
-                else:
-                    conn.commit()  # an error here is the block's: it reaches the caller
-            if conn.pgconn.transaction_status == _IDLE and not conn.autocommit:
-                conn.autocommit = True  # a caller switched it off for a while
-        except psycopg.Error:
-            if not failed:
-                self._pool.putconn(conn)
-                raise
-        except BaseException:
-            self._pool.putconn(conn)
-            raise
-        now = time.monotonic()
-        if conn.pgconn.transaction_status == _IDLE and now - since < POOL_ROUND_SECONDS:
-            with self._lock:
-                if not self._waiting and self._opened:
-                    self._ready.append((conn, now, since))
-                    return
-        self._pool.putconn(conn)  # broken or mid-statement ones are discarded there
+            with self._pool.connection() as conn:
+                yield conn
+        except PoolTimeout:
+            raise StoreError(
+                f"database unavailable at {redact_url(self.url)}: no connection within"
+                f" {self.connect_timeout:g} s (database.connect_timeout)"
+            ) from None
 
     def dedicated(self) -> psycopg.Connection[Any]:
         """A connection outside the pool (for a session-long advisory lock)."""
-        return connect(self.url)
+        return connect(self.url, connect_timeout=self.connect_timeout,
+                       call_timeout=self.call_timeout)
 
     def close(self) -> None:
-        with self._lock:
-            opened, self._opened = self._opened, False
-            ready, self._ready = self._ready, []
-        for conn, _, _ in ready:
-            self._pool.putconn(conn)
-        if opened:
+        with self._open_lock:
+            self._closed = True
+        if not self._pool.closed:
             self._pool.close()
-
-
-class _Lease:
-    """``with source.connection() as conn``: lends on entry, gives back on exit."""
-
-    __slots__ = ("_source", "_conn", "_since")
-
-    def __init__(self, source: PoolSource) -> None:
-        self._source = source
-        self._conn: psycopg.Connection[Any] | None = None
-        self._since = 0.0
-
-    def __enter__(self) -> psycopg.Connection[Any]:
-        self._conn, self._since = self._source._lend()
-        return self._conn
-
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> None:
-        conn, self._conn = self._conn, None
-        if conn is not None:
-            self._source._give_back(conn, self._since, failed=exc_type is not None)
 
 
 class BorrowedConnection:
@@ -225,7 +246,7 @@ class EngineSource:
 
     owns_connections = False
 
-    def __init__(self, engine: Any):
+    def __init__(self, engine: Engine):
         if getattr(engine.dialect, "driver", "") != "psycopg":
             raise StoreError(
                 "ragpg needs a SQLAlchemy engine on the psycopg 3 driver (postgresql+psycopg://...)"
@@ -236,7 +257,7 @@ class EngineSource:
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
         raw = self.engine.raw_connection()
         try:
-            conn = raw.driver_connection
+            conn = _psycopg_connection(raw.driver_connection)
             was_autocommit = conn.autocommit
             if conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
                 conn.autocommit = True
@@ -255,37 +276,78 @@ class EngineSource:
 class SAConnectionSource(BorrowedConnection):
     """A SQLAlchemy Connection: its psycopg connection and transaction are the caller's."""
 
-    def __init__(self, sa_conn: Any):
+    def __init__(self, sa_conn: SAConnection):
         if getattr(sa_conn.dialect, "driver", "") != "psycopg":
             raise StoreError("ragpg needs a SQLAlchemy connection on the psycopg 3 driver")
-        super().__init__(sa_conn.connection.driver_connection)
+        super().__init__(_psycopg_connection(sa_conn.connection.driver_connection))
 
 
-def connect(url: str, *, connect_timeout: float = 10.0) -> psycopg.Connection[Any]:
-    """One connection of ragpg's own (autocommit; transactions are explicit blocks)."""
+def _psycopg_connection(driver_connection: Any) -> psycopg.Connection[Any]:
+    """The psycopg connection under a SQLAlchemy one (the driver was checked: psycopg 3)."""
+    if not isinstance(driver_connection, psycopg.Connection):
+        raise StoreError("ragpg needs a SQLAlchemy connection on the psycopg 3 driver (sync)")
+    return driver_connection
+
+
+def _connect_kwargs(url: str, connect_timeout: float) -> dict[str, Any]:
+    # libpq counts connect_timeout in whole seconds (and treats 0 as "wait forever"). The
+    # keepalive defaults give way to what the DSN itself says (a network the user knows).
+    given = conninfo_to_dict(url)
+    return {
+        "autocommit": True,
+        "application_name": APPLICATION_NAME,
+        "connect_timeout": max(1, round(connect_timeout)),
+        "options": OWN_CONNECTION_OPTIONS,
+        **{name: value for name, value in KEEPALIVE_OPTIONS.items() if name not in given},
+    }
+
+
+def check_url(url: str) -> None:
+    """Refuse a DSN libpq cannot parse (an unknown option, a malformed URL): a configuration
+    error, reported before any connection is tried."""
     try:
-        return psycopg.connect(
-            url,
-            autocommit=True,
-            application_name=APPLICATION_NAME,
-            connect_timeout=int(connect_timeout),
-            options=OWN_CONNECTION_OPTIONS,
-        )
+        conninfo_to_dict(url)
     except psycopg.Error as exc:
-        raise StoreError(f"database unavailable at {redact_url(url)}: {_one_line(exc)}") from None
+        raise ConfigError(f"invalid database URL: {_one_line(exc, url)}") from None
 
 
-def source_for(target: Any, *, pool_size: int = 4) -> ConnectionSource:
+# libpq's messages for a value it refuses before reaching any server ("invalid sslmode value",
+# "invalid integer value", "invalid port number"): the DSN is wrong, not the server down.
+_CONFIG_MESSAGES = ("invalid ", "unrecognized ")
+
+
+def connect(url: str, *, connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+            call_timeout: float | None = DEFAULT_CALL_TIMEOUT) -> psycopg.Connection[Any]:
+    """One connection of ragpg's own (autocommit; transactions are explicit blocks; every call
+    bounded by ``call_timeout``)."""
+    check_url(url)
+    try:
+        return _deadline_connect(url, connect_timeout, call_timeout)
+    except psycopg.Error as exc:
+        reason = _one_line(exc, url)
+        if reason.removeprefix("connection is bad: ").startswith(_CONFIG_MESSAGES):
+            raise ConfigError(f"invalid database URL: {reason}") from None
+        raise StoreError(f"database unavailable at {redact_url(url)}: {reason}") from None
+
+
+def source_for(target: Database, *, pool_size: int = 4,
+               connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
+               call_timeout: float | None = DEFAULT_CALL_TIMEOUT) -> ConnectionSource:
     """Pick the source for what the caller handed over (URL, psycopg or SQLAlchemy object)."""
     if isinstance(target, str):
-        return PoolSource(target, max_size=pool_size)
+        return PoolSource(target, max_size=pool_size, connect_timeout=connect_timeout,
+                          call_timeout=call_timeout)
     if isinstance(target, psycopg.Connection):
         return BorrowedConnection(target)
-    module = type(target).__module__
-    if module.startswith("sqlalchemy"):
-        if hasattr(target, "raw_connection"):
+    if type(target).__module__.startswith("sqlalchemy"):
+        # SQLAlchemy is optional and slow to import: only a caller who made one of its
+        # objects has it loaded already.
+        from sqlalchemy.engine import Connection as SAConnection
+        from sqlalchemy.engine import Engine
+
+        if isinstance(target, Engine):
             return EngineSource(target)
-        if hasattr(target, "connection") and hasattr(target, "dialect"):
+        if isinstance(target, SAConnection):
             return SAConnectionSource(target)
     raise TypeError(
         "ragpg needs a connection URL, a psycopg.Connection, or a SQLAlchemy Engine/Connection"
@@ -293,6 +355,27 @@ def source_for(target: Any, *, pool_size: int = 4) -> ConnectionSource:
     )
 
 
-def _one_line(exc: BaseException) -> str:
+def _one_line(exc: BaseException, url: str) -> str:
+    """The first line of ``exc``'s text, without the password of ``url`` (libpq and psycopg
+    may quote the DSN or one of its values)."""
     text = str(exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
+    return scrub(text[0], url) if text else type(exc).__name__
+
+
+def scrub(text: str, url: str) -> str:
+    """``text`` with the DSN ``url`` and its password masked wherever they appear."""
+    if url:
+        text = text.replace(url, redact_url(url))
+    try:
+        password = conninfo_to_dict(url).get("password")
+    except psycopg.Error:
+        password = None
+    if password:
+        text = text.replace(str(password), "***")
+    # A DSN that does not parse still hides what looks like its password.
+    text = _PASSWORD_WORD.sub(r"\1***", text)
+    return _URL_PASSWORD.sub(r"\1***@", text)
+
+
+_PASSWORD_WORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&]+)", re.IGNORECASE)
+_URL_PASSWORD = re.compile(r"(://[^:/@\s]*:)[^@\s]*@")

@@ -4,19 +4,23 @@ Tree::
 
     RagError                      base: catch this to handle any ragpg failure
     ├── ConfigError               a setting is missing, malformed or out of bounds   (CLI exit 2)
+    │   └── CollectionNotFound       the collection named does not exist (HTTP 404)
     ├── EmbeddingError            the embedding provider failed                      (exit 3, or 1 per document)
     │     kind = "invalid_input"     the provider refused the input (HTTP 422): never retried
     │     kind = "unavailable"       transport error, timeout, any other non-200: retryable
     │     kind = "malformed"         wrong count, wrong dimension, NaN/Inf, not JSON
     │   └── ProviderUnavailable      (embed.base) no provider of the chain could serve
-    ├── RerankError               (rerank) the rerank service failed                 (exit 3)
-    ├── LLMError                  (llm) the chat endpoint failed or is not configured
+    ├── RerankError               the rerank service failed                          (exit 3)
+    ├── LLMError                  the chat endpoint failed          (exit 3 unavailable, else 1)
+    ├── SidecarError              one sidecar file cannot be used (recorded, import goes on)
     ├── StoreError                the database failed or refused                     (exit 3)
     │   ├── ExtensionUnavailable     pgvector (or unaccent) cannot be created
     │   ├── DimensionMismatch        vectors do not match the collection's model/dimension
     │   ├── SchemaMissing            `ragpg init` has not been run
+    │   ├── DatabaseTimeout          a call got no answer within database.call_timeout
     │   └── IngestBusy               another ingest holds the collection's lock
     └── DocumentError             one document could not be indexed (recorded, run goes on)
+          └── ConversionError        (convert.base) a PDF/Office/HTML file could not be converted
 """
 
 from __future__ import annotations
@@ -36,6 +40,20 @@ class ConfigError(RagError):
     """A configuration value is missing, malformed or out of bounds."""
 
     exit_code = 2
+
+
+class CollectionNotFound(ConfigError):
+    """A read named a collection that no ingest created: a typo must not look like "no result".
+
+    The configured collection is never "not found": before its first ingest it is empty.
+    """
+
+    def __init__(self, name: str, existing: list[str]):
+        shown = ", ".join(repr(n) for n in existing[:10]) + (" ..." if len(existing) > 10 else "")
+        super().__init__(f"no collection {name!r} in this index"
+                         + (f" (collections: {shown})" if existing else ""))
+        self.name = name
+        self.existing = existing
 
 
 class EmbeddingError(RagError):
@@ -83,6 +101,11 @@ class SchemaMissing(StoreError):
     exit_code = 2
 
 
+class DatabaseTimeout(StoreError):
+    """A database call got no answer in time (a frozen or overloaded server): it was cancelled
+    and its connection closed."""
+
+
 class IngestBusy(StoreError):
     """Another ingest of the same collection holds the advisory lock."""
 
@@ -94,3 +117,30 @@ class DocumentError(RagError):
         super().__init__(f"{path}: {message}")
         self.path = path
         self.reason = message
+
+
+class RerankError(RagError):
+    """The rerank service failed (transport, status or response shape): the search fails
+    rather than silently returning an order the caller did not ask for."""
+
+    exit_code = 3
+
+
+class LLMError(RagError):
+    """The chat endpoint failed. ``kind``: ``unavailable`` (exit 3) or ``malformed`` / ``refused``."""
+
+    exit_code = 3
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind
+        if kind != "unavailable":
+            self.exit_code = 1
+
+
+class SidecarError(RagError):
+    """One sidecar cannot be used; ``kind`` is the failure kind recorded in the report."""
+
+    def __init__(self, kind: str, message: str):
+        super().__init__(message)
+        self.kind = kind

@@ -1,36 +1,53 @@
-"""Incremental ingest: walk, skip unchanged, chunk, embed outside transactions, replace per document."""
+"""Incremental ingest: walk, skip unchanged, convert, chunk, embed outside transactions, replace per document.
+
+A PDF, DOCX, ... is decided unchanged on its raw bytes and fingerprint before anything
+converts it; a conversion runs in the run's one worker process (``ConversionPool``), and a
+file it cannot convert fails alone, its stored version kept.
+
+A group's embedding is ``rag_pg.ingest_embed``'s, the run's row ``rag_pg.ingest_runs``'s, and
+which database errors stop the run ``rag_pg.ingest_failures``' to say.
+"""
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import closing, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import psycopg
 
-from . import failpoints, language
-from .chunk import Chunker, embedding_text
-from .config import Settings
-from .db import ConnectionSource
-from .embed.base import EmbeddingProvider
-from .embed.batching import embed_all
-from .errors import ConfigError, DocumentError, EmbeddingError, RagError, StoreError
-from .locks import collection_lock
-from .models import FailedDocument, IngestReport, SkippedFile
-from .store import PreparedDocument, Store, fingerprint
-from .walk import WalkRules, walk
+from rag_pg import checkpoints, reuse, tenancy
+from rag_pg.chunk import Chunker
+from rag_pg.config import Settings
+from rag_pg.convert import DEFAULT_REGISTRY, ConversionPool
+from rag_pg.db import ConnectionSource
+from rag_pg.embed.base import EmbeddingProvider
+from rag_pg.errors import ConfigError, DocumentError, RagError
+from rag_pg.ingest_embed import EmbeddedGroup, GroupEmbedder
+from rag_pg.ingest_failures import first_line, raise_if_lost
+from rag_pg.ingest_prepare import Failed, Preparer, Unchanged, read_ahead
+from rag_pg.ingest_runs import abort_stale_runs
+from rag_pg.locks import collection_lock
+from rag_pg.markdown.sites import detect_style
+from rag_pg.models import FailedDocument, IngestReport, SkippedFile
+from rag_pg.store import PreparedDocument, Store
+from rag_pg.tree import hierarchy
+from rag_pg.walk import WalkRules
 
 WRITE_GROUP_DOCUMENTS = 64  # documents per write transaction (each document stays atomic)
+# Files that are no document (not_markdown) or of a format not read are all counted in
+# files_skipped, but only this many are listed in report.skipped: a tree of images or build
+# output would otherwise make the report (and `ingest -v --json`) as long as the tree.
+LISTED_NON_DOCUMENTS = 1000
+_NON_DOCUMENTS = frozenset({"not_markdown", "unsupported_format"})
 # Planner statistics are refreshed after a run that wrote at least this many chunks and at
 # least a tenth of the collection (autovacuum's own analyze threshold is a tenth of a table).
 STATISTICS_MIN_CHUNKS = 500
 STATISTICS_SHARE = 0.1
-
 ProgressFn = Callable[[str, dict[str, Any]], None]
 
 
@@ -38,21 +55,6 @@ ProgressFn = Callable[[str, dict[str, Any]], None]
 class _Pending:
     items: list[PreparedDocument] = field(default_factory=list)
     chunks: int = 0
-
-
-@dataclass(slots=True)
-class _Embedded:
-    """A group after embedding: what to write, and the counts the main thread adds to the report.
-
-    Embedding runs on a worker thread (see ``_flush``); it never updates the report itself,
-    so no counter is written from two threads.
-    """
-
-    ready: list[PreparedDocument]
-    refused: list[FailedDocument] = field(default_factory=list)
-    calls: int = 0
-    tokens: int = 0
-
 
 
 class Ingestor:
@@ -71,12 +73,19 @@ class Ingestor:
         self.source = source
         self.provider = provider
         self.store = Store(settings.database.schema, settings.index)
-        self.chunker = Chunker(settings.chunk.size, settings.chunk.overlap)
+        self.chunker = self._chunker(None)
         self.progress = progress or (lambda event, data: None)
         self.warn = warn or (lambda message: None)
-        self._embed_total = 0  # chunks queued for embedding so far in this run
-        self._embed_done = 0
+        self.embedder = GroupEmbedder(provider, settings.embedding, self.store.q, self.progress)
         self._model_confirmed = True  # False while the run relies on the collection's bound model
+
+    def _chunker(self, root: Path | None) -> Chunker:
+        """The chunker of a run: ``auto`` anchors slug as the site built from ``root`` does."""
+        style = self.settings.source.anchor_style
+        if style == "auto":
+            style = detect_style(root) if root is not None else "github"
+        chunk = self.settings.chunk
+        return Chunker(chunk.size, chunk.overlap, max_tokens=chunk.max_tokens, slug_style=style)
 
     def run(
         self,
@@ -94,23 +103,31 @@ class Ingestor:
         root_key = str(root_path.resolve())
         collection = collection or self.settings.collection
         report = IngestReport(source_root=root_key, collection=collection, dry_run=dry_run)
+        self.chunker = self._chunker(root_path)
+        source = self.settings.source
         rules = WalkRules(
-            included_paths=self.settings.source.included_paths,
-            excluded_paths=self.settings.source.excluded_paths,
-            follow_symlinks=self.settings.source.follow_symlinks,
-            max_file_bytes=self.settings.source.max_file_bytes,
+            included_paths=source.included_paths,
+            excluded_paths=source.excluded_paths,
+            follow_symlinks=source.follow_symlinks,
+            max_file_bytes=source.max_file_bytes,
+            read_hardlinks=source.read_hardlinks,
+            formats=DEFAULT_REGISTRY.resolve_formats(source.formats),
+            max_document_bytes=source.max_document_bytes,
         )
         with self.source.connection() as conn, self._lock(conn, collection, dry_run):
-            states = self.store.document_states(conn, collection)
-            bound = self.store.collection_model(conn, collection) if states and not dry_run else None
+            with conn.transaction() if tenancy.active() else nullcontext():  # names the tenant
+                states = self.store.document_states(conn, collection)
+                bound = (self.store.collection_model(conn, collection)
+                         if states and not dry_run else None)
+            bound_model, bound_dimension = bound or (None, None)
             model: str | None
             dimension: int | None
-            if bound is not None and bound[0] is not None and self._model_needs_a_call():
+            if bound_model is not None and self._model_needs_a_call():
                 # Documents stored with a bound model: "unchanged" is decided against it, and the
                 # service is asked for its model (a /health request) only when something must be
                 # written: a no-change run never contacts it. A swapped model behind the same URL
                 # is refused at the first changed document, or by the next search.
-                model, dimension = bound
+                model, dimension = bound_model, bound_dimension
                 self._model_confirmed = False
             else:
                 model, dimension = self.provider.model, self.provider.dimension
@@ -122,12 +139,14 @@ class Ingestor:
             if not dry_run and self._model_confirmed:
                 self.store.bind_model(conn, collection, model, dimension, create_index=not defer_index)
             elif dry_run:
-                current = self.store.collection_model(conn, collection)
-                if current and current[0] and current[0] != model:
+                with conn.transaction() if tenancy.active() else nullcontext():
+                    current_model, _ = self.store.collection_model(conn, collection) or (None, None)
+                if current_model and current_model != model:
                     report.warnings.append(
-                        f"collection is indexed with {current[0]!r}; configured model is {model!r}"
+                        f"collection is indexed with {current_model!r}; configured model is {model!r}"
                     )
             if not dry_run:
+                self.embedder.reuse_after = reuse.chunk_watermark(conn, self.store.q) if full else 0
                 report.run_id = self.store.start_run(
                     conn, source_root=root_key, collection=collection,
                     mode="full" if full else "incremental", model=model,
@@ -145,10 +164,11 @@ class Ingestor:
                     else:
                         report.documents_deleted = len(gone)
                 if not dry_run:
-                    from . import hierarchy
-
                     hierarchy.record_missing_parents(conn, self.store.schema, collection, report, seen)
                 status = "partial" if report.failures else "completed"
+            except (KeyboardInterrupt, SystemExit):
+                status = "aborted"  # interrupted or terminated: the run stopped, nothing failed
+                raise
             finally:
                 if defer_index and model is not None and dimension is not None:
                     try:
@@ -175,59 +195,54 @@ class Ingestor:
     ) -> set[str]:
         seen: set[str] = set()
         pending = _Pending()
-        size, overlap = self.settings.chunk.size, self.settings.chunk.overlap
-        default_language = self.settings.source.language
-        # One worker embeds the next group while this thread writes the previous one (_flush).
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ragpg-ingest-embed") as pool:
-            ahead: Future[_Embedded] | None = None
-            for item in walk(root, rules):
-                if isinstance(item, SkippedFile):
-                    if item.reason == "unreadable":
-                        seen.add(item.path)  # a transient read error must not prune the document
-                    report.skipped.append(item)
-                    report.files_skipped[item.reason] = report.files_skipped.get(item.reason, 0) + 1
+        limits = self.settings.convert
+        preparer = Preparer(self.settings, self.chunker, self.provider)
+        # Three stages at once: a thread reads and parses the next files (read_ahead), one
+        # worker embeds the next group, and this thread writes the group before (_flush). The
+        # conversion pool starts its worker process at the first file to convert.
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ragpg-ingest-embed") as pool, \
+                ConversionPool(time_limit=limits.time_limit,
+                               memory_limit=limits.memory_limit_mb * 2**20) as converter, \
+                closing(read_ahead(preparer.events(root, rules, states, converter, full=full,
+                                                   model=model, root_key=root_key),
+                                   WRITE_GROUP_DOCUMENTS)) as events:
+            ahead: Future[EmbeddedGroup] | None = None
+            non_documents = 0
+            for event in events:
+                if isinstance(event, SkippedFile):
+                    if event.reason == "unreadable":
+                        seen.add(event.path)  # a transient read error must not prune the document
+                    if event.reason not in _NON_DOCUMENTS or non_documents < LISTED_NON_DOCUMENTS:
+                        report.skipped.append(event)
+                    non_documents += event.reason in _NON_DOCUMENTS
+                    report.files_skipped[event.reason] = report.files_skipped.get(event.reason, 0) + 1
                     continue
-                failpoints.hit("after_walk_item")
-                seen.add(item.path)
+                seen.add(event.path)
                 report.documents_seen += 1
-                stored = states.get(item.path)
-                if not full and stored is not None and self._unchanged(item.data, stored, model):
+                if isinstance(event, Unchanged):
                     report.documents_skipped += 1
-                    report.chunks_unchanged += stored.chunk_count
-                    self.progress("document", {"path": item.path, "status": "unchanged", "report": report})
+                    report.chunks_unchanged += event.stored.chunk_count
+                    self.progress("document", {"path": event.path, "status": "unchanged", "report": report})
                     continue
-                try:
-                    # Parsing (YAML, Markdown) is imported here: a no-change run never parses.
-                    from .parse import parse_document
-
-                    document = parse_document(item.path, item.data, item.text)
-                    embeds = model is not None and document.embed
-                    fp = fingerprint(size, overlap, model if embeds else None)
-                    chunks = self.chunker.chunk(document)
-                    prepared = PreparedDocument(
-                        document=document,
-                        chunks=chunks,
-                        vectors=None,
-                        language=language.detect(document.content, document.front_matter, default_language),
-                        fingerprint=fp,
-                        source_root=root_key,
-                    )
-                except (RagError, ValueError, RecursionError, MemoryError) as exc:
-                    self._fail(report, item.path, f"cannot parse: {_first_line(exc)}", "parse")
+                # A file that fails to convert keeps what is stored: its path is in ``seen``.
+                report.documents_converted += event.converted
+                if isinstance(event, Failed):
+                    self._fail(report, event.path, event.message, event.kind)
                     continue
-                for warning in document.warnings:
-                    report.warnings.append(f"{item.path}: {warning}")
-                (report.changed if stored is not None else report.added).append(item.path)
+                prepared = event.prepared
+                for warning in prepared.document.warnings:
+                    report.warnings.append(f"{event.path}: {warning}")
+                (report.changed if event.stored is not None else report.added).append(event.path)
                 if dry_run:
-                    if embeds:
+                    if event.embeds:
                         report.tokens_embedded += prepared.token_count
                     report.documents_indexed += 1
                     continue
                 if not self._model_confirmed:
                     self._confirm_model(conn, collection)
                 pending.items.append(prepared)
-                pending.chunks += len(chunks) if embeds else 0
-                if (pending.chunks >= self._embed_group_chunks()
+                pending.chunks += len(prepared.chunks) if event.embeds else 0
+                if (pending.chunks >= self.embedder.group_chunks()
                         or len(pending.items) >= WRITE_GROUP_DOCUMENTS):
                     ahead = self._flush(conn, collection, pending, report, model,
                                         pool=pool, ahead=ahead)
@@ -246,141 +261,68 @@ class Ingestor:
         self.store.bind_model(conn, collection, self.provider.model, self.provider.dimension)
         self._model_confirmed = True
 
-    def _unchanged(self, data: bytes, stored: Any, model: str | None) -> bool:
-        """Same bytes and same pipeline: decided from the raw bytes, without parsing."""
-        if stored.content_hash != hashlib.sha256(data).hexdigest():
-            return False
-        size, overlap = self.settings.chunk.size, self.settings.chunk.overlap
-        return bool(stored.fingerprint == fingerprint(size, overlap, model if stored.embed else None))
-
     # -- embed then write --------------------------------------------------------------------
 
     def _flush(
         self, conn: psycopg.Connection[Any], collection: str, pending: _Pending | None,
         report: IngestReport, model: str | None, *, pool: ThreadPoolExecutor,
-        ahead: Future[_Embedded] | None,
-    ) -> Future[_Embedded] | None:
+        ahead: Future[EmbeddedGroup] | None,
+    ) -> Future[EmbeddedGroup] | None:
         """Hand ``pending`` to the embedding worker, then write ``ahead``, the group before it.
 
         Group N+1 is embedded while group N is written (and while this thread walks on), so
         a cold ingest costs about the slower of embedding and writing, not their sum. One
         group at most waits in the worker: memory stays flat in corpus size. ``result()``
-        re-raises the worker's error (an unavailable service, a failpoint) before anything
+        re-raises the worker's error (an unavailable service, a fault injected by a test) before anything
         of that group is written, and no further group is handed over. Returns the future of
         ``pending`` (None when there is nothing to hand over).
         """
         embedded = ahead.result() if ahead is not None else None
         following = None
         if pending is not None and pending.items:
-            following = pool.submit(self._embed, pending.items, report, model)
+            known = self.embedder.known_vectors(conn, collection, pending.items, model, embedded)
+            following = pool.submit(self.embedder.embed, pending.items, report, model, known)
         if embedded is not None:
             self._write(conn, collection, embedded, report, model)
         return following
 
     def _write(
-        self, conn: psycopg.Connection[Any], collection: str, embedded: _Embedded,
+        self, conn: psycopg.Connection[Any], collection: str, embedded: EmbeddedGroup,
         report: IngestReport, model: str | None,
     ) -> None:
         """Count what embedding did, then write the group's documents in one transaction."""
         report.embedding_calls += embedded.calls
         report.tokens_embedded += embedded.tokens
+        report.chunks_reused += embedded.reused
         for refused in embedded.refused:
             self._fail(report, refused.path, refused.error, refused.kind)
         ready = embedded.ready
         if not ready:
             return
-        failpoints.hit("before_write")
+        checkpoints.reach("before_write")
         try:
             written = self.store.replace_documents(conn, collection, ready, model)
             self._count_written(report, ready, written)
-        except psycopg.OperationalError as exc:
-            raise StoreError(f"database connection lost while writing: {_first_line(exc)}") from None
-        except psycopg.Error:
+        except psycopg.Error as exc:
+            raise_if_lost(conn, exc)
             for item in ready:  # isolate the document the database refused
                 try:
                     written = self.store.replace_documents(conn, collection, [item], model)
                     self._count_written(report, [item], written)
-                except psycopg.OperationalError as exc:
-                    raise StoreError(f"database connection lost while writing: {_first_line(exc)}") from None
-                except psycopg.Error as exc:
-                    self._fail(report, item.document.path, f"database refused it: {_first_line(exc)}", "store")
-        failpoints.hit("after_write")
+                except psycopg.Error as error:
+                    # A limit of the server (a tsvector over 1 MB, a path longer than a btree
+                    # entry) is an OperationalError too, on a connection that is fine.
+                    raise_if_lost(conn, error)
+                    self._fail(report, item.document.path, f"database refused it: {first_line(error)}", "store")
+        checkpoints.reach("after_write")
+        if report.run_id is not None:
+            self.store.record_progress(conn, report.run_id, report)
 
     def _count_written(self, report: IngestReport, items: list[PreparedDocument], written: int) -> None:
         report.documents_indexed += len(items)
         report.chunks_upserted += written
         for item in items:
             self.progress("document", {"path": item.document.path, "status": "indexed", "report": report})
-
-    def _embed_group_chunks(self) -> int:
-        """Chunks gathered before embedding: enough batches to keep every request slot busy."""
-        embedding = self.settings.embedding
-        return embedding.batch_size * max(4, embedding.concurrency)
-
-    def _embed(
-        self, items: list[PreparedDocument], report: IngestReport, model: str | None
-    ) -> _Embedded:
-        """Vectorise every chunk of the documents that embed; drop (and list) the ones refused.
-
-        Runs on the embedding worker (``_flush``): ``report`` is only read, for progress
-        events; the counts and refusals go back in the result, for the main thread to record.
-        """
-        embedded = _Embedded(ready=items)
-        needing = [p for p in items if model is not None and p.document.embed and p.chunks]
-        if not needing:
-            return embedded
-        failpoints.hit("before_embed")
-        try:
-            self._embed_documents(needing, report, embedded)
-            failpoints.hit("after_embed")
-            return embedded
-        except EmbeddingError as exc:
-            if exc.kind == "unavailable":
-                raise
-        # one document at a time, to find the one the service refuses
-        refused: set[int] = set()
-        for item in needing:
-            try:
-                self._embed_documents([item], report, embedded)
-            except EmbeddingError as error:
-                if error.kind == "unavailable":
-                    raise
-                refused.add(id(item))
-                embedded.refused.append(FailedDocument(
-                    path=item.document.path, error=_embedding_message(error), kind=error.kind))
-        embedded.ready = [p for p in items if id(p) not in refused]
-        return embedded
-
-    def _embed_documents(
-        self, items: list[PreparedDocument], report: IngestReport, embedded: _Embedded
-    ) -> None:
-        """Embed every chunk of ``items`` (type passage), several batches in flight.
-
-        Runs outside any transaction: a slow or failing service never holds a database lock.
-        Batches are cut by count and by estimated tokens; progress gets one "embedded" event
-        per batch with the running totals (``embedded`` of ``total`` queued so far), from the
-        embedding worker thread (the only one that touches these totals).
-        """
-        texts = [embedding_text(chunk) for item in items for chunk in item.chunks]
-        settings = self.settings.embedding
-        self._embed_total += len(texts)
-
-        def done(count: int) -> None:
-            embedded.calls += 1
-            self._embed_done += count
-            self.progress("embedded", {"count": count, "embedded": self._embed_done,
-                                       "total": self._embed_total, "report": report})
-
-        stacked = embed_all(
-            self.provider, "passage", texts, batch_size=settings.batch_size,
-            batch_tokens=settings.batch_tokens, concurrency=settings.concurrency, on_batch=done,
-        )
-        offset = 0
-        for item in items:
-            n = len(item.chunks)
-            item.vectors = stacked[offset:offset + n]
-            offset += n
-            embedded.tokens += item.token_count
 
     def _fail(self, report: IngestReport, path: str, message: str, kind: str) -> None:
         report.failures.append(FailedDocument(path=path, error=message, kind=kind))
@@ -398,6 +340,7 @@ class Ingestor:
         with collection_lock(conn, self.settings.database.schema, collection,
                              timeout=self.settings.database.lock_timeout, source=self.source,
                              warn=self.warn):
+            abort_stale_runs(conn, self.settings.database.schema, collection)
             yield
 
 
@@ -406,15 +349,6 @@ def changed_much(report: IngestReport, states: Mapping[str, Any]) -> bool:
     written = report.chunks_upserted + report.chunks_deleted
     before = sum(state.chunk_count for state in states.values())
     return written >= STATISTICS_MIN_CHUNKS and written >= STATISTICS_SHARE * before
-
-
-def _embedding_message(exc: EmbeddingError) -> str:
-    return str(exc)
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__
 
 
 __all__ = ["DocumentError", "Ingestor", "RagError"]

@@ -9,8 +9,9 @@ from contextlib import contextmanager
 from typing import Any
 
 import psycopg
+from psycopg.rows import dict_row, scalar_row
 
-from .errors import IngestBusy
+from rag_pg.errors import IngestBusy
 
 LOCK_CLASS = 0x72677067 & 0x7FFFFFFF  # "rgpg": ragpg's advisory-lock namespace
 
@@ -28,10 +29,22 @@ def lock_key(schema: str, collection: str) -> int:
 
 def holder(conn: psycopg.Connection[Any], key: int) -> str:
     """Who holds the lock, so a waiting user knows whom to ask (or what to kill)."""
-    row = conn.execute(_HOLDER, (LOCK_CLASS, key)).fetchone()
+    with conn.cursor(row_factory=dict_row) as cur:
+        row = cur.execute(_HOLDER, (LOCK_CLASS, key)).fetchone()
     if row is None:
         return "holder unknown"
-    return f"pid {row[0]}, application {row[1] or '?'}, {row[2] or 'state unknown'}"
+    return f"pid {row['pid']}, application {row['application_name'] or '?'}, {row['state'] or 'state unknown'}"
+
+
+def lock_free(conn: psycopg.Connection[Any], schema: str, collection: str) -> bool:
+    """Whether no ingest, import or re-embed of the collection holds its lock now (taken and
+    released at once: a process that died let go of it with its connection)."""
+    key = lock_key(schema, collection)
+    with conn.cursor(row_factory=scalar_row) as cur:
+        free = bool(cur.execute("SELECT pg_try_advisory_lock(%s, %s)", (LOCK_CLASS, key)).fetchone())
+    if free:
+        conn.execute("SELECT pg_advisory_unlock(%s, %s)", (LOCK_CLASS, key))
+    return free
 
 
 @contextmanager
@@ -61,8 +74,9 @@ def collection_lock(
         deadline = time.monotonic() + timeout
         told = False
         while True:
-            row = lock_conn.execute("SELECT pg_try_advisory_lock(%s, %s)", (LOCK_CLASS, key)).fetchone()
-            if row and row[0]:
+            with lock_conn.cursor(row_factory=scalar_row) as cur:
+                taken = cur.execute("SELECT pg_try_advisory_lock(%s, %s)", (LOCK_CLASS, key)).fetchone()
+            if taken:
                 break
             who = holder(lock_conn, key)
             if time.monotonic() >= deadline:
@@ -77,10 +91,13 @@ def collection_lock(
         try:
             yield
         finally:
-            try:
-                lock_conn.execute("SELECT pg_advisory_unlock(%s, %s)", (LOCK_CLASS, key))
-            except psycopg.Error:
-                pass  # the lock goes with the connection
+            # A dedicated connection's lock goes with it when it closes (no round trip that a
+            # frozen server would make wait a second time); a caller's must be released.
+            if dedicated is None:
+                try:
+                    lock_conn.execute("SELECT pg_advisory_unlock(%s, %s)", (LOCK_CLASS, key))
+                except psycopg.Error:
+                    pass  # the lock goes with the connection
     finally:
         if dedicated is not None:
             dedicated.close()

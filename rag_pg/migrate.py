@@ -2,33 +2,24 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import Any
 
 import psycopg
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from psycopg import sql
+from psycopg.rows import dict_row
 from sqlalchemy import create_engine, pool
 from sqlalchemy.engine import Connection as SAConnection
 
-from .errors import ExtensionUnavailable, StoreError
-
-
-def migrations_dir() -> Path:
-    """The revisions: inside the wheel (``rag_pg/_migrations``) or the checkout's ``migrations/``."""
-    packaged = Path(__file__).parent / "_migrations"
-    if (packaged / "env.py").is_file():
-        return packaged
-    checkout = Path(__file__).resolve().parent.parent / "migrations"
-    if (checkout / "env.py").is_file():
-        return checkout
-    raise StoreError("ragpg's migrations are missing from this installation")
+from rag_pg.errors import ExtensionUnavailable
 
 
 def alembic_config(schema: str) -> Config:
     cfg = Config()
-    cfg.set_main_option("script_location", str(migrations_dir()))
+    cfg.set_main_option("script_location", "rag_pg:migrations")
     cfg.set_main_option("ragpg_schema", schema)
     cfg.attributes["schema"] = schema
     return cfg
@@ -103,18 +94,17 @@ def _upgrade_on(sa_conn: SAConnection, schema: str) -> None:
     command.upgrade(cfg, "head")
 
 
-def current_revision(conn: psycopg.Connection, schema: str = "ragpg") -> str | None:
-    row = conn.execute(
-        "SELECT to_regclass(%s) IS NOT NULL", (f'"{schema}".alembic_version',)
-    ).fetchone()
-    if not row or not row[0]:
-        return None
-    from psycopg import sql
-
-    found = conn.execute(
-        sql.SQL("SELECT version_num FROM {}.alembic_version").format(sql.Identifier(schema))
-    ).fetchone()
-    return str(found[0]) if found else None
+def current_revision(conn: psycopg.Connection[Any], schema: str = "ragpg") -> str | None:
+    """The schema's Alembic revision, or None where ragpg was never installed."""
+    table = sql.Identifier(schema, "alembic_version")
+    with conn.cursor(row_factory=dict_row) as cur:
+        found = cur.execute(
+            "SELECT to_regclass(%(table)s) IS NOT NULL AS present", {"table": table.as_string(conn)}
+        ).fetchone()
+        if not found or not found["present"]:
+            return None
+        row = cur.execute(sql.SQL("SELECT version_num FROM {}").format(table)).fetchone()
+    return str(row["version_num"]) if row else None
 
 
 __all__ = ["MigrationContext", "alembic_config", "current_revision", "head_revision", "upgrade"]

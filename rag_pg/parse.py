@@ -1,11 +1,15 @@
-"""Turn one Markdown file's bytes into a Document: front-matter, title, body and hash (SPEC §2.2)."""
+"""Turn one Markdown file's bytes into a Document: front-matter, title, body and hash.
+
+The title is plain text: a front-matter ``title``, else the first level-1 heading as the
+site renders it (no ``{#id}``, tags or escapes), else the file name.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import posixpath
 
-from rag_pg.chunk import first_h1
+from rag_pg.chunk import first_h1, is_mdx
 from rag_pg.errors import DocumentError
 from rag_pg.frontmatter import split_front_matter
 from rag_pg.models import Document
@@ -43,8 +47,13 @@ def parse_document(path: str, data: bytes, text: str | None = None) -> Document:
             raise DocumentError(path, f"not valid UTF-8 (byte {error.start})") from error
     if text.startswith("\ufeff"):
         text = text[1:]
-    front_matter, body, warnings = split_front_matter(normalise_newlines(text))
-    title = _front_matter_title(front_matter.get("title")) or first_h1(body) or _file_title(path)
+    normalised = normalise_newlines(text)
+    front_matter, body, warnings = split_front_matter(normalised)
+    title = (
+        _front_matter_title(front_matter.get("title"))
+        or first_h1(body, is_mdx(path))
+        or _file_title(path)
+    )
     return Document(
         path=path,
         title=title,
@@ -52,4 +61,10 @@ def parse_document(path: str, data: bytes, text: str | None = None) -> Document:
         content_hash=hashlib.sha256(data).hexdigest(),
         front_matter=front_matter,
         warnings=tuple(warnings),
+        body_line=body_line(normalised, body),
     )
+
+
+def body_line(text: str, body: str) -> int:
+    """The 1-based line of ``text`` where ``body`` (its suffix) starts."""
+    return text.count("\n", 0, len(text) - len(body)) + 1

@@ -12,22 +12,15 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from .chunk import context_prefix
-from .config import RerankSettings
-from .errors import ConfigError, RagError
-from .models import Hit
+from rag_pg.chunk import context_prefix
+from rag_pg.config import RerankSettings
+from rag_pg.errors import ConfigError, RerankError
+from rag_pg.models import Hit
 
 if TYPE_CHECKING:
     import httpx
 
 BANDS = ("abstain", "caution", "normal")
-
-
-class RerankError(RagError):
-    """The rerank service failed (transport, status or response shape): the search fails
-    rather than silently returning an order the caller did not ask for."""
-
-    exit_code = 3
 
 
 def band(score: float, settings: RerankSettings) -> str:

@@ -1,58 +1,84 @@
-"""Retrieval: ONE SQL statement returns each candidate's vector and keyword rank and score
-(plus its neighbour window and related node when asked); fusion and shaping are Python."""
+"""Retrieval: ONE SQL statement returns each candidate's vector and keyword rank and raw score
+(plus its neighbour window and related node when asked); fusion and shaping are in ``hits``."""
 
 from __future__ import annotations
 
 import re
-import time
-import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from operator import itemgetter
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import psycopg
 from psycopg import sql
+from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
 
-from .bm25 import BM25Params, keyword_query
-from .errors import ConfigError
-from .fuse import cap_per_document, rrf
-from .models import Chunk, Hit
-from .queries import Queries
-from .store import vector_kind
+from rag_pg.bm25 import BM25Params, keyword_query
+from rag_pg.errors import ConfigError
+from rag_pg.fuse import FUSIONS
+from rag_pg.hits import Candidate, Reranker, shape
+from rag_pg.models import Hit
+from rag_pg.queries import Queries
+from rag_pg.vector_index import vector_kind
 
 if TYPE_CHECKING:
     import numpy as np
 
-MODES = ("hybrid", "vector", "keyword")
+Mode = Literal["hybrid", "vector", "keyword"]
+Expansion = Literal["parent", "children"]
+
+MODES: tuple[Mode, ...] = ("hybrid", "vector", "keyword")
+EXPANSIONS: tuple[Expansion, ...] = ("parent", "children")
 LANGUAGES = ("french", "english", "simple")  # text search configurations, in the SQL's order
-EXPANSIONS = ("parent", "children")
 MAX_EF_SEARCH = 1000  # pgvector's upper bound for hnsw.ef_search
 PER_DOCUMENT_OVERFETCH = 4  # HNSW rows fetched per candidate slot when hits are capped per file
-SHARED_INDEX_MEMORY_SECONDS = 300.0  # how long a crowded collection searches iteratively first
-
-Reranker = Callable[[list[Hit]], list[Hit]]
-
-
-class StaleCollection(Exception):  # noqa: N818 - a signal to the caller, not an error
-    """The collection's model changed since the caller read it (a ``reembed`` switched it):
-    the results are discarded and the caller re-reads the collection, then searches again."""
+# Postings of the rarest query terms scored first by the pruned keyword leg, per candidate
+# slot: just enough chunks that the candidates-th best of them sets a threshold; more would
+# pull a frequent word's postings into the seed whenever the rarest word has few.
+SEED_POSTINGS_PER_CANDIDATE = 1
+ITERATIVE_SCANS_SINCE = (0, 8)  # the pgvector version that brought iterative index scans
 
 
 @dataclass(frozen=True, slots=True)
-class SearchRequest:
-    """Everything one search needs; built by :meth:`RagPG.search` from arguments and settings."""
+class CollectionInfo:
+    """What a search reads of its collection before embedding the query (``search_collection``)."""
+
+    model: str | None
+    dimension: int | None
+    small: bool  # at most retrieval.exact_limit chunks: exact search beats the index
+    vector_kind: str | None  # what the model's index casts to; None: no index (yet)
+    pgvector_version: str | None
+
+    @property
+    def iterative_scans(self) -> bool:
+        """Whether pgvector can go on past the rows a filter drops (else: exact search)."""
+        version = tuple(int(p) for p in re.findall(r"\d+", self.pgvector_version or "")[:2])
+        return version >= ITERATIVE_SCANS_SINCE
+
+
+@dataclass(frozen=True, slots=True)
+class CollectionModel:
+    """The collection's model as the search's own snapshot sees it (``search_collection_model``)."""
+
+    model: str | None
+    dimension: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class SearchPlan:
+    """Everything one search needs; built by :meth:`RagPG.search` from its arguments, the
+    ``[retrieval]`` settings and the collection it read."""
 
     collection: str
     k: int
-    mode: str
+    mode: Mode
     query_text: str
     query_vector: np.ndarray | None = None
     model: str | None = None
     dimension: int | None = None
     candidates: int = 40
     rrf_k: int = 60
+    fusion: str = "adaptive"  # adaptive | convex | rrf (rag_pg.fuse; docs/retrieval.md: measurements)
     path_prefix: str | None = None
     ef_search: int = 200
     front_matter: Mapping[str, Any] | None = None
@@ -60,7 +86,7 @@ class SearchRequest:
     node_type: str | None = None
     max_per_document: int | None = None
     neighbours: int = 0
-    expand: str | None = None
+    expand: Expansion | None = None
     weights: Mapping[str, float] = field(default_factory=lambda: {"vector": 1.0, "keyword": 1.0})
     bm25: BM25Params = field(default_factory=BM25Params)
     exact_limit: int = 5000
@@ -71,6 +97,11 @@ class SearchRequest:
     exact: bool | None = None
     #: the type the model's HNSW index casts to (vector | halfvec); None: by dimension
     vector_kind: str | None = None
+    #: score every chunk holding a query word (the reference the pruned keyword leg equals)
+    keyword_exhaustive: bool = False
+    #: postings the pruned keyword leg scores first; None: SEED_POSTINGS_PER_CANDIDATE per
+    #: candidate slot (any value gives the same list: it only moves the work)
+    keyword_seed: int | None = None
 
 
 def normalise_prefix(prefix: str | None) -> str | None:
@@ -88,380 +119,189 @@ def unfiltered(path_prefix: str | None, front_matter: Mapping[str, Any] | None,
                 or level is not None or node_type is not None)
 
 
+def validate(plan: SearchPlan) -> None:
+    if plan.mode not in MODES:
+        raise ConfigError(f"mode must be one of {', '.join(MODES)} (got {plan.mode!r})")
+    if plan.expand is not None and plan.expand not in EXPANSIONS:
+        raise ConfigError(f"expand must be parent or children (got {plan.expand!r})")
+    if plan.max_per_document is not None and plan.max_per_document < 1:
+        raise ConfigError(f"max_per_document must be >= 1 (got {plan.max_per_document})")
+    if plan.fusion not in FUSIONS:
+        raise ConfigError(f"retrieval.fusion must be one of {', '.join(FUSIONS)} (got {plan.fusion!r})")
+    if plan.neighbours < 0:
+        raise ConfigError(f"neighbours must be >= 0 (got {plan.neighbours})")
+    if plan.iterative_scan not in ("relaxed_order", "strict_order", "off"):
+        raise ConfigError(f"retrieval.iterative_scan must be relaxed_order, strict_order or off"
+                          f" (got {plan.iterative_scan!r})")
+
+
+def settle(plan: SearchPlan, *, iterative_scans: bool = True) -> SearchPlan | None:
+    """The plan that runs, or None when nothing can match: a query without a word to match
+    searches by meaning only (keyword mode: nothing), and without iterative index scans a
+    filtered HNSW scan could return too few rows, so the vector leg goes exact."""
+    validate(plan)
+    if plan.k <= 0:
+        return None
+    if plan.mode in ("hybrid", "keyword") and not keyword_query(plan.query_text):
+        if plan.mode == "keyword":
+            return None
+        plan = replace(plan, mode="vector")
+    if plan.mode in ("hybrid", "vector") and not iterative_scans:
+        plan = replace(plan, exact_limit=2**30, exact=None if plan.exact is None else True)
+    return plan
+
+
 class Searcher:
-    """Builds and runs the retrieval statement, then fuses ranks and shapes hits in Python."""
+    """Composes and runs the retrieval statement of a schema; :func:`rag_pg.hits.shape` turns
+    its rows into hits."""
 
     def __init__(self, schema: str = "ragpg"):
         self.q = Queries(schema)
-        self._iterative: bool | None = None
-        self._statements: dict[tuple[Any, ...], sql.Composed] = {}
-        self._statement_bytes: dict[tuple[Any, ...], bytes] = {}
-        # (collection, model) -> when a plain index scan came back short (see _plain_scan_first)
-        self._shared_index: dict[tuple[str, str | None], float] = {}
-        # per connection: the hnsw.* values its session holds (see _run_in_session)
-        self._session_hnsw: weakref.WeakKeyDictionary[psycopg.Connection[Any], tuple[str, str, str]] = (
-            weakref.WeakKeyDictionary()
-        )
 
     # -- SQL ------------------------------------------------------------------------------
 
     def _sql(self, name: str, **parts: sql.Composable) -> sql.Composed:
         return self.q.compose(name, **parts)
 
-    def doc_filter(self, req: SearchRequest) -> sql.Composed:
+    def collection_statement(self, exact_limit: int) -> sql.Composed:
+        return self.q("search_collection", exact_limit=exact_limit, schema_name=self.q.schema)
+
+    def read_collection(self, conn: psycopg.Connection[Any], collection: str,
+                        exact_limit: int) -> CollectionInfo:
+        """The collection's model, size class, index type and pgvector's version (one row)."""
+        with conn.cursor(row_factory=class_row(CollectionInfo)) as cur:
+            cur.execute(self.collection_statement(exact_limit), {"collection": collection})
+            info = cur.fetchone()
+        assert info is not None  # the statement always returns one row
+        return info
+
+    def send_model(self, conn: psycopg.Connection[Any], collection: str) -> psycopg.Cursor[CollectionModel]:
+        """The collection's model and dimension, for a pipeline: the row (none for a collection
+        not known) is read once the pipeline syncs."""
+        cur = conn.cursor(row_factory=class_row(CollectionModel))
+        cur.execute(self.q("search_collection_model"), {"collection": collection})
+        return cur
+
+    def doc_filter(self, plan: SearchPlan) -> sql.Composed:
         """The WHERE clause on ``d`` (document), the same for both legs; absent filters vanish
         from the SQL so that the planner sees only what is asked."""
         names = ["search_filter_collection"]
-        if normalise_prefix(req.path_prefix):
+        if normalise_prefix(plan.path_prefix):
             names.append("search_filter_path_prefix")
-        if req.front_matter:
+        if plan.front_matter:
             names.append("search_filter_front_matter")
-        if req.level is not None:
+        if plan.level is not None:
             names.append("search_filter_level")
-        if req.node_type is not None:
+        if plan.node_type is not None:
             names.append("search_filter_node_type")
-        return sql.SQL(" AND ").join(self._sql(n) for n in names)
+        return sql.SQL("\n      AND ").join(self._sql(n) for n in names)
 
     @staticmethod
-    def whole_collection(req: SearchRequest) -> bool:
+    def whole_collection(plan: SearchPlan) -> bool:
         """No filter beyond the collection: the caller may decide exact vs index itself."""
-        return unfiltered(req.path_prefix, req.front_matter, req.level, req.node_type)
+        return unfiltered(plan.path_prefix, plan.front_matter, plan.level, plan.node_type)
 
     @classmethod
-    def collection_scan(cls, req: SearchRequest) -> bool:
+    def collection_scan(cls, plan: SearchPlan) -> bool:
         """The vector leg is one HNSW scan of the collection's own rows (search_vector_collection):
         the index is known to fit, and nothing but the collection filters or caps the rows."""
-        return req.exact is False and not req.max_per_document and cls.whole_collection(req)
+        return plan.exact is False and not plan.max_per_document and cls.whole_collection(plan)
 
     @staticmethod
-    def counts(req: SearchRequest) -> dict[str, int]:
-        """The statement's row counts, written into it as literals (see queries.sql)."""
-        candidates = max(req.candidates, req.k)
-        overfetch = PER_DOCUMENT_OVERFETCH if req.max_per_document else 1
-        return {"candidates": candidates, "per_document": req.max_per_document or candidates,
-                "vec_fetch": candidates * overfetch, "exact_limit": req.exact_limit}
+    def counts(plan: SearchPlan) -> dict[str, int]:
+        """The statement's row counts, written into it as literals (see the SQL's comment)."""
+        candidates = max(plan.candidates, plan.k)
+        overfetch = PER_DOCUMENT_OVERFETCH if plan.max_per_document else 1
+        # Each leg keeps a few chunks per document (not just the capped number): a document's
+        # best fused chunk may be its second in one leg, and must keep that leg's term.
+        per_document = (min(plan.max_per_document * PER_DOCUMENT_OVERFETCH, candidates)
+                        if plan.max_per_document else candidates)
+        return {"candidates": candidates, "per_document": per_document,
+                "vec_fetch": candidates * overfetch, "exact_limit": plan.exact_limit,
+                "seed_postings": plan.keyword_seed or candidates * SEED_POSTINGS_PER_CANDIDATE}
 
-    def small_collection(self, exact_limit: int) -> sql.Composed:
-        """Whether a whole collection is small enough for exact vector search: the decision
-        ``search_vector_scope`` makes inside a filtered search, as a statement of its own."""
-        scope = self._sql("search_vector_scope", doc_filter=self._sql("search_filter_collection"),
-                          exact_limit=sql.Literal(exact_limit))
-        return sql.SQL("WITH ") + scope + sql.SQL(" SELECT exact FROM vec_scope")
-
-    def statement(self, req: SearchRequest) -> sql.Composed:
-        """The search statement for the shape of ``req`` (built once per shape, then reused)."""
-        return self._composed(req, self.counts(req))[1]
-
-    def statement_bytes(
-        self, req: SearchRequest, conn: psycopg.Connection[Any], counts: dict[str, int] | None = None
-    ) -> bytes:
-        """:meth:`statement` serialised once per shape and encoding: psycopg would walk the
-        composed tree again on every execute, a cost of the same order as the query itself."""
-        key, composed = self._composed(req, self.counts(req) if counts is None else counts)
-        key = (key, conn.pgconn.parameter_status(b"client_encoding"))
-        text = self._statement_bytes.get(key)
-        if text is None:
-            text = self._statement_bytes[key] = composed.as_bytes(conn)
-        return text
-
-    def _composed(
-        self, req: SearchRequest, counts: dict[str, int]
-    ) -> tuple[tuple[Any, ...], sql.Composed]:
-        """The shape of ``req`` (what its statement depends on) and that statement."""
-        key = (req.mode, req.exact, req.max_per_document, bool(normalise_prefix(req.path_prefix)),
-               bool(req.front_matter), req.level is not None, req.node_type is not None,
-               req.neighbours > 0, req.expand, req.model, req.dimension, req.vector_kind,
-               tuple(counts.values()))
-        stmt = self._statements.get(key)
-        if stmt is None:
-            if len(self._statements) >= 256:
-                self._statements.clear()
-                self._statement_bytes.clear()
-            stmt = self._statements[key] = self._compose(req, counts)
-        return key, stmt
-
-    def _compose(self, req: SearchRequest, counts: dict[str, int]) -> sql.Composed:
-        where = self.doc_filter(req)
-        literals = {name: sql.Literal(value) for name, value in counts.items()}
+    def statement(self, plan: SearchPlan) -> sql.Composed:
+        """The search statement for the shape of ``plan``: its legs as CTEs, then one SELECT."""
+        where = self.doc_filter(plan)
+        literals = {name: sql.Literal(value) for name, value in self.counts(plan).items()}
         ctes: list[sql.Composable] = []
-        if req.mode in ("hybrid", "vector"):
-            kind = sql.SQL(req.vector_kind or vector_kind(req.dimension or 0))
-            parts = {"doc_filter": where, "vkind": kind, "dim": sql.Literal(req.dimension),
-                     "model": sql.Literal(req.model), **literals}
-            if self.collection_scan(req):
+        if plan.mode in ("hybrid", "vector"):
+            kind = sql.SQL(plan.vector_kind or vector_kind(plan.dimension or 0))
+            parts = {"doc_filter": where, "vkind": kind, "dim": sql.Literal(plan.dimension),
+                     "model": sql.Literal(plan.model), **literals}
+            if self.collection_scan(plan):
                 ctes.append(self._sql("search_vector_collection", **parts))
             else:
-                scope = "search_vector_scope" if req.exact is None else "search_vector_scope_given"
+                scope = "search_vector_scope" if plan.exact is None else "search_vector_scope_given"
                 ctes += [self._sql(scope, **parts), self._sql("search_vector_leg", **parts)]
-        if req.mode in ("hybrid", "keyword"):
-            whole = self.whole_collection(req)
-            ctes.append(self._sql(
-                "search_keyword_leg", keep=sql.SQL("true") if whole else sql.SQL("({})").format(where),
-                keep_join=sql.SQL("") if whole else self._sql("search_keyword_keep_join"), **literals,
-            ))
-        window = self._sql("search_window") if req.neighbours > 0 else sql.SQL("NULL::jsonb")
+        if plan.mode in ("hybrid", "keyword"):
+            whole = self.whole_collection(plan)
+            parts = {"keep": sql.SQL("true") if whole else sql.SQL("({})").format(where),
+                     "keep_join": sql.SQL("") if whole else self._sql("search_keyword_keep_join"),
+                     "doc_filter": where, **literals}
+            if plan.keyword_exhaustive:
+                ctes.append(self._sql("search_keyword_leg", **parts))
+            else:
+                scope = "search_keyword_scope_whole" if whole else "search_keyword_scope"
+                ctes += [self._sql(scope, **parts), self._sql("search_keyword_pruned", **parts)]
+        window = self._sql("search_window") if plan.neighbours > 0 else sql.SQL("NULL::jsonb")
         expanded = (
-            self._sql(f"search_expand_{req.expand}") if req.expand else sql.SQL("NULL::jsonb")
+            self._sql(f"search_expand_{plan.expand}") if plan.expand else sql.SQL("NULL::jsonb")
         )
         final = self._sql("search_select", window=window, expanded=expanded,
-                          candidates_of=self._sql(f"search_candidates_{req.mode}"))
+                          candidates_of=self._sql(f"search_candidates_{plan.mode}"))
         return sql.SQL("WITH ") + sql.SQL(",\n").join(ctes) + sql.SQL("\n") + final
 
-    def params(self, req: SearchRequest) -> dict[str, Any]:
-        prefix = normalise_prefix(req.path_prefix)
+    def params(self, plan: SearchPlan) -> dict[str, Any]:
+        prefix = normalise_prefix(plan.path_prefix)
         params: dict[str, Any] = {
-            "collection": req.collection,
+            "collection": plan.collection,
             "path_prefix": prefix,
             "path_prefix_dir": f"{prefix}/" if prefix else None,
-            "front_matter": Jsonb(dict(req.front_matter)) if req.front_matter else None,
-            "level": req.level,
-            "node_type": req.node_type,
-            "neighbours": req.neighbours,
+            "front_matter": Jsonb(dict(plan.front_matter)) if plan.front_matter else None,
+            "level": plan.level,
+            "node_type": plan.node_type,
+            "neighbours": plan.neighbours,
         }
-        if req.mode in ("hybrid", "vector"):
-            params["qvec"] = req.query_vector
-            params["exact"] = req.exact
-        if req.mode in ("hybrid", "keyword"):
-            kq = keyword_query(req.query_text)
+        if plan.mode in ("hybrid", "vector"):
+            params["qvec"] = plan.query_vector
+            params["exact"] = plan.exact
+        if plan.mode in ("hybrid", "keyword"):
+            kq = keyword_query(plan.query_text)
             params["kw_text"] = kq.text
             params["kwq"] = kq.prefilter
             params["ts_configs"] = [self.q.config(lang) for lang in LANGUAGES]
             params["ts_languages"] = list(LANGUAGES)
-            params["k1"] = req.bm25.k1
-            params["b"] = req.bm25.b
+            params["k1"] = plan.bm25.k1
+            params["b"] = plan.bm25.b
         return params
+
+    def settings(self, plan: SearchPlan) -> dict[str, str]:
+        """The transaction's settings for this search (``search_settings``, SET LOCAL)."""
+        ef = min(MAX_EF_SEARCH, max(plan.ef_search, self.counts(plan)["vec_fetch"]))
+        return {"ef_search": str(ef), "iterative_scan": plan.iterative_scan,
+                "max_scan_tuples": str(plan.max_scan_tuples),
+                "enable_seqscan": "off" if plan.mode in ("hybrid", "keyword") else "on"}
 
     # -- run ------------------------------------------------------------------------------
 
-    def check_pgvector(self, conn: psycopg.Connection[Any]) -> bool:
-        """Once per searcher: can this server do iterative index scans? (pgvector >= 0.8, and
-        the setting reads back: an unknown or invalid value would be ignored silently.)"""
-        if self._iterative is None:
-            with conn.transaction():
-                row = conn.execute(self.q("search_check_pgvector")).fetchone()
-            version = tuple(int(p) for p in re.findall(r"\d+", str(row[0] if row else ""))[:2])
-            self._iterative = bool(row) and version >= (0, 8) and row[3] == "relaxed_order"  # type: ignore[index]
-        return self._iterative
+    def execute(self, conn: psycopg.Connection[Any], plan: SearchPlan) -> psycopg.Cursor[Candidate]:
+        """Send the settings and the statement in the caller's transaction (they only take
+        effect inside one); in pipeline mode the rows are read with the transaction's end."""
+        conn.execute(self.q("search_settings"), self.settings(plan))
+        cur = conn.cursor(row_factory=class_row(Candidate))
+        cur.execute(self.statement(plan), self.params(plan))
+        return cur
 
-    def run(
-        self, conn: psycopg.Connection[Any], req: SearchRequest, *, reranker: Reranker | None = None,
-        expect: tuple[str | None, int | None] | None = None, own_session: bool = False,
-    ) -> list[Hit]:
-        """Best hits first: fused, optionally reranked, capped per document, cut at k.
-
-        ``expect``: the collection's (model, dimension) as the caller last read them, checked by
-        the statement itself: :class:`StaleCollection` when they changed (no rows: unchecked).
-        ``own_session``: the connection is ragpg's own (a pool's), so a vector search may keep
-        its HNSW settings on the session and run as one autocommit statement; otherwise the
-        settings are ``SET LOCAL`` in a transaction (a savepoint in a caller's transaction).
-        """
-        if req.k <= 0:
+    def run(self, conn: psycopg.Connection[Any], plan: SearchPlan, *,
+            reranker: Reranker | None = None, iterative_scans: bool = True) -> list[Hit]:
+        """One search in one round trip (BEGIN, settings, statement, COMMIT, pipelined), or a
+        savepoint inside a caller's transaction. Best hits first (see ``hits.shape``)."""
+        settled = settle(plan, iterative_scans=iterative_scans)
+        if settled is None:
             return []
-        validate(req)
-        if req.mode in ("hybrid", "keyword") and not keyword_query(req.query_text):
-            if req.mode == "keyword":
-                return []
-            req = replace(req, mode="vector")  # nothing to match by words: meaning only
-        if req.mode in ("hybrid", "vector") and not self.check_pgvector(conn):
-            # Without iterative scans a filtered HNSW scan can return too few rows: go exact.
-            req = replace(req, exact_limit=2**30, exact=None if req.exact is None else True)
-        counts = self.counts(req)
-        stmt = self.statement_bytes(req, conn, counts)
-        params = self.params(req)
-        vec_fetch = counts["vec_fetch"]
-        ef = min(MAX_EF_SEARCH, max(req.ef_search, vec_fetch))
-        plain_first = self._plain_scan_first(req, vec_fetch, ef)
-        rows = self._execute(conn, req, stmt, params, own_session,
-                             (str(ef), "off" if plain_first else req.iterative_scan,
-                              str(req.max_scan_tuples)))
-        if plain_first and sum(1 for r in rows if r[1] is not None) < vec_fetch:
-            # Vectors of other collections sharing the model's index took places among the
-            # nearest: search again with pgvector's iterative scan, which goes on past them,
-            # and start with it for this collection a while.
-            self._shared_index[(req.collection, req.model)] = time.monotonic()
-            rows = self._execute(conn, req, stmt, params, own_session,
-                                 (str(ef), req.iterative_scan, str(req.max_scan_tuples)))
-        if expect is not None and rows and (rows[0][17], rows[0][18]) != expect:
-            raise StaleCollection(req.collection)
-        return shape(rows, req, reranker=reranker)
-
-    def _plain_scan_first(self, req: SearchRequest, vec_fetch: int, ef: int) -> bool:
-        """Whether a whole-collection index search may first run without iterative scan.
-
-        Iterative scans cost ~15% of an HNSW query even when nothing is filtered out (measured
-        with pgvector 0.8 on 20k chunks), and a collection alone in its model's index filters
-        nothing: the plain scan then returns the same rows. When other collections' vectors
-        crowd it out, :meth:`run` sees fewer rows than asked and searches again iteratively.
-        """
-        if (req.mode not in ("hybrid", "vector") or req.iterative_scan == "off"
-                or not self.collection_scan(req) or vec_fetch > ef):
-            return False
-        crowded = self._shared_index.get((req.collection, req.model))
-        return crowded is None or time.monotonic() - crowded > SHARED_INDEX_MEMORY_SECONDS
-
-    def _execute(
-        self, conn: psycopg.Connection[Any], req: SearchRequest, stmt: bytes,
-        params: dict[str, Any], own_session: bool, hnsw: tuple[str, str, str],
-    ) -> list[Any]:
-        if own_session and req.mode == "vector" and conn.autocommit:
-            return self._run_in_session(conn, stmt, params, hnsw)
-        settings = {"ef_search": hnsw[0], "iterative_scan": hnsw[1], "max_scan_tuples": hnsw[2],
-                    "enable_seqscan": "off" if req.mode in ("hybrid", "keyword") else "on"}
-        with conn.pipeline():  # one round trip: BEGIN, settings, search, COMMIT
+        with conn.pipeline():
             with conn.transaction():
-                conn.execute(self.q("search_settings"), settings)
-                cur = conn.execute(stmt, params)
-            return cur.fetchall()
-
-    def _run_in_session(
-        self, conn: psycopg.Connection[Any], stmt: bytes, params: dict[str, Any],
-        hnsw: tuple[str, str, str],
-    ) -> list[Any]:
-        """The search as one statement, one round trip: the HNSW settings (which only HNSW
-        scans read) stay on ragpg's own session and are sent again only when they change."""
-        if self._session_hnsw.get(conn) != hnsw:
-            conn.execute(self.q("search_session_settings"),
-                         {"ef_search": hnsw[0], "iterative_scan": hnsw[1], "max_scan_tuples": hnsw[2]})
-            self._session_hnsw[conn] = hnsw
-        return conn.execute(stmt, params).fetchall()
-
-
-def validate(req: SearchRequest) -> None:
-    if req.mode not in MODES:
-        raise ConfigError(f"mode must be one of {', '.join(MODES)} (got {req.mode!r})")
-    if req.expand is not None and req.expand not in EXPANSIONS:
-        raise ConfigError(f"expand must be parent or children (got {req.expand!r})")
-    if req.max_per_document is not None and req.max_per_document < 1:
-        raise ConfigError(f"max_per_document must be >= 1 (got {req.max_per_document})")
-    if req.neighbours < 0:
-        raise ConfigError(f"neighbours must be >= 0 (got {req.neighbours})")
-    if req.iterative_scan not in ("relaxed_order", "strict_order", "off"):
-        raise ConfigError(f"retrieval.iterative_scan must be relaxed_order, strict_order or off"
-                          f" (got {req.iterative_scan!r})")
-
-
-# -- fusion and shaping (pure) ---------------------------------------------------------------
-
-
-_VECTOR_RANK = itemgetter(1)
-_KEYWORD_RANK = itemgetter(3)
-
-
-def fuse(rows: Sequence[Sequence[Any]], req: SearchRequest) -> list[tuple[int, float]]:
-    """Candidate rows -> (chunk id, score), best first. Vector: 1 - cosine distance; keyword:
-    BM25; hybrid: weighted RRF of the two rankings (ranks as numbered by SQL)."""
-    return [(int(row[0]), score) for row, score in _ranked(rows, req)]
-
-
-def _ranked(rows: Sequence[Sequence[Any]], req: SearchRequest) -> list[tuple[Sequence[Any], float]]:
-    # Ranks are distinct integers (row_number): each leg's order is its rank column's.
-    vector = sorted([r for r in rows if r[1] is not None], key=_VECTOR_RANK)
-    if req.mode == "vector":
-        return [(r, 1.0 - float(r[2])) for r in vector]
-    keyword = sorted([r for r in rows if r[3] is not None], key=_KEYWORD_RANK)
-    if req.mode == "keyword":
-        return [(r, float(r[4])) for r in keyword]
-    rankings = {"vector": [int(r[0]) for r in vector], "keyword": [int(r[0]) for r in keyword]}
-    by_id = {int(r[0]): r for r in rows}
-    return [(by_id[chunk_id], score) for chunk_id, score in
-            rrf(rankings, k=req.rrf_k, weights=req.weights)]
-
-
-def shape(
-    rows: Sequence[Sequence[Any]], req: SearchRequest, *, reranker: Reranker | None = None
-) -> list[Hit]:
-    hits = [_hit(row, score) for row, score in _ranked(rows, req)]
-    if reranker is not None:
-        hits = reranker(hits)
-    if req.max_per_document:
-        hits = cap_per_document(hits, lambda h: h.document_id, req.max_per_document)
-    hits = hits[: req.k]
-    if req.neighbours > 0 or req.expand:
-        by_id = {int(r[0]): r for r in rows}
-        expansions = {int(r[11]): r[16] for r in rows if r[16] is not None}
-        for hit in hits:
-            row = by_id[hit.chunk_id or 0]
-            if req.neighbours > 0 and row[15]:
-                hit.extra["window"] = window(row[15], hit.chunk.position)
-            if req.expand:
-                hit.extra["expanded"] = expansion(req.expand, row, expansions.get(int(row[11])))
-    return hits
-
-
-def _hit(r: Sequence[Any], score: float) -> Hit:
-    ranks: dict[str, int] = {}
-    scores: dict[str, float] = {}
-    if r[1] is not None:
-        ranks["vector"] = r[1]
-        scores["vector"] = 1.0 - r[2]
-    if r[3] is not None:
-        ranks["keyword"] = r[3]
-        scores["keyword"] = float(r[4])
-    # bigint, integer and float8 columns arrive as int and float
-    chunk = Chunk(
-        document_path=r[12], document_title=r[13], section=r[6], anchor=r[7],
-        position=r[5], content=r[8], token_count=r[9], content_hash=r[10],
-    )
-    return Hit(chunk=chunk, score=float(score), collection=r[14], document_id=r[11],
-               chunk_id=r[0], ranks=ranks, scores=scores)
-
-
-def merge_chunks(chunks: Sequence[Mapping[str, Any]]) -> str:
-    """Consecutive chunks as one passage: the overlap tail that a chunk repeats from the one
-    before it (its first paragraph, made of that chunk's last words) is dropped, and a new
-    section starts under its heading, so the text reads as in the file."""
-    parts: list[str] = []
-    previous: Mapping[str, Any] | None = None
-    for chunk in chunks:
-        content = str(chunk["content"])
-        if previous is not None and chunk["section"] == previous["section"]:
-            head, sep, rest = content.partition("\n\n")
-            tail_words = head.split()
-            before = str(previous["content"]).split()
-            if sep and tail_words and before[-len(tail_words):] == tail_words:
-                content = rest
-        elif previous is not None:
-            content = f"## {chunk['section']}\n\n{content}"
-        parts.append(content)
-        previous = chunk
-    return "\n\n".join(p for p in parts if p)
-
-
-def _provenance(chunks: Sequence[Mapping[str, Any]], path: str | None = None) -> list[dict[str, Any]]:
-    out = []
-    for c in chunks:
-        item: dict[str, Any] = {"position": c["position"], "section": c["section"], "anchor": c["anchor"]}
-        if path is not None:
-            item = {"path": path, **item}
-        out.append(item)
-    return out
-
-
-def window(chunks: Sequence[Mapping[str, Any]], position: int) -> dict[str, Any]:
-    """The ±N neighbour window of a hit, merged, with the provenance of the span."""
-    return {
-        "start_position": int(chunks[0]["position"]),
-        "end_position": int(chunks[-1]["position"]),
-        "hit_position": position,
-        "text": merge_chunks(chunks),
-        "chunks": _provenance(chunks),
-    }
-
-
-def expansion(kind: str, row: Sequence[Any], data: Any) -> dict[str, Any] | None:
-    """``{"kind", "path", "title", "text", "chunks"}`` of the parent node, or of the children
-    (then ``path``/``title`` are the hit's own document and ``children`` lists each child)."""
-    if kind == "parent":
-        if not data:
-            return None
-        return {"kind": "parent", "path": data["path"], "title": data["title"],
-                "text": merge_chunks(data["chunks"]), "chunks": _provenance(data["chunks"], data["path"])}
-    children = list(data or [])
-    if not children:
-        return None
-    texts = [f"# {c['title']}\n\n{merge_chunks(c['chunks'])}" for c in children]
-    return {
-        "kind": "children", "path": row[12], "title": row[13], "text": "\n\n".join(texts),
-        "chunks": [p for c in children for p in _provenance(c["chunks"], c["path"])],
-        "children": [{"path": c["path"], "title": c["title"]} for c in children],
-    }
+                cur = self.execute(conn, settled)
+            rows = cur.fetchall()
+        return shape(rows, settled, reranker=reranker)

@@ -1,24 +1,31 @@
-"""Writes and reads the index tables: document replacement in one transaction, bulk by COPY."""
+"""Writes and reads the index tables: document replacement in one transaction, bulk by COPY.
+
+The per-model HNSW indexes are built and dropped by ``rag_pg.vector_index``, the run rows
+written by ``rag_pg.ingest_runs``; :class:`Store` gathers them for its callers. The writes of
+a model switch are ``rag_pg.admin.reembed_store``'s.
+"""
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import psycopg
+from psycopg.rows import dict_row, scalar_row
 from psycopg.types.json import Jsonb
 
-from .config import IndexSettings
-from .errors import DimensionMismatch, StoreError
-from .models import Chunk, Document
-from .queries import Queries
+from rag_pg import markdown as markdown_parser
+from rag_pg import tenancy
+from rag_pg.config import IndexSettings
+from rag_pg.errors import DimensionMismatch, StoreError
+from rag_pg.ingest_runs import RunLog
+from rag_pg.models import Chunk, Document
+from rag_pg.queries import Queries
+from rag_pg.vector_index import VectorIndexes
 
 if TYPE_CHECKING:
     import numpy as np
-
-HALFVEC_THRESHOLD = 2000  # pgvector's HNSW limit for vector; above it the index uses halfvec
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,21 +52,25 @@ class PreparedDocument:
         return sum(c.token_count for c in self.chunks)
 
 
-def fingerprint(size: int, overlap: int, model: str | None) -> str:
-    """What, besides the file's bytes, decides a document's chunks and vectors."""
-    return f"chunk={size}/{overlap};model={model or 'none'};v1"
+def fingerprint(
+    size: int, overlap: int, model: str | None, *, max_tokens: int | None = None,
+    anchor_style: str = "github", parser: str | None = None, convert: str = "",
+) -> str:
+    """What, besides the file's bytes, decides a document's chunks and vectors.
+
+    The chunk settings and cap, the anchor style (the site's slugs), the Markdown parser's
+    version (an upgrade that would chunk the same bytes otherwise re-indexes them, and only
+    then), the model, and for a converted file ``convert`` (its converter and library
+    versions, ``rag_pg.convert.fingerprint_part``). ``;model=<m>;`` stays a whole segment:
+    a reembed rewrites it in place.
+    """
+    cap = "auto" if max_tokens is None else str(max_tokens)
+    parser = parser or markdown_parser.PARSER_VERSION  # read at each call, not at import
+    return (f"chunk={size}/{overlap};max={cap};anchors={anchor_style};model={model or 'none'};"
+            f"parser={parser};v1{convert}")
 
 
-def vector_kind(dimension: int, configured: str = "vector") -> str:
-    """The type an index casts to: halfvec when asked, or past pgvector's 2,000-d HNSW limit."""
-    return "halfvec" if configured == "halfvec" or dimension > HALFVEC_THRESHOLD else "vector"
-
-
-def vector_index_name(model: str) -> str:
-    return "chunk_vector_hnsw_" + hashlib.sha256(model.encode()).hexdigest()[:12]
-
-
-class Store:
+class Store(VectorIndexes, RunLog):
     """Table access for one schema. Methods take a psycopg connection: the caller owns it."""
 
     def __init__(self, schema: str = "ragpg", index: IndexSettings | None = None):
@@ -71,14 +82,17 @@ class Store:
 
     def document_states(self, conn: psycopg.Connection[Any], collection: str) -> dict[str, StoredState]:
         """Every stored document's hash and fingerprint: one query per run, not per file."""
-        rows = conn.execute(self.q("document_states"), {"collection": collection}).fetchall()
-        return {r[0]: StoredState(r[1], r[2], r[3], bool(r[4])) for r in rows}
+        with conn.cursor(row_factory=dict_row) as cur:
+            rows = cur.execute(self.q("document_states"), {"collection": collection}).fetchall()
+        return {r["path"]: StoredState(r["content_hash"], r["fingerprint"], r["chunk_count"],
+                                       bool(r["embed"])) for r in rows}
 
     def collection_model(
         self, conn: psycopg.Connection[Any], collection: str
     ) -> tuple[str | None, int | None] | None:
-        row = conn.execute(self.q("collection_get"), {"collection": collection}).fetchone()
-        return None if row is None else (row[1], row[2])
+        with conn.cursor(row_factory=dict_row) as cur:
+            row = cur.execute(self.q("collection_get"), {"collection": collection}).fetchone()
+        return None if row is None else (row["model"], row["dimension"])
 
     # -- collection / model ------------------------------------------------------------
 
@@ -89,15 +103,16 @@ class Store:
         """Record the collection's model, or refuse when it is indexed with another one."""
         current = self.collection_model(conn, collection)
         if current is not None and current[0] is not None:
+            bound, bound_dimension = current
             if model is None:
                 raise DimensionMismatch(
-                    f"collection {collection!r} is indexed with vectors of {current[0]!r} but no"
+                    f"collection {collection!r} is indexed with vectors of {bound!r} but no"
                     " embedding provider is available: configure that model, or run"
                     " `ragpg reembed` to change it"
                 )
-            if current[0] != model or (dimension is not None and current[1] != dimension):
+            if bound != model or (dimension is not None and bound_dimension != dimension):
                 raise DimensionMismatch(
-                    f"collection {collection!r} is indexed with model {current[0]!r} ({current[1]} d);"
+                    f"collection {collection!r} is indexed with model {bound!r} ({bound_dimension} d);"
                     f" the configured provider gives {model!r} ({dimension} d): ragpg will not mix"
                     f" them. Run `ragpg reembed --collection {collection} --model {model}`"
                     " to switch, or configure the original model"
@@ -112,34 +127,6 @@ class Store:
         if create_index and model is not None and dimension is not None:
             self.ensure_vector_index(conn, model, dimension)
 
-    def vector_index_exists(self, conn: psycopg.Connection[Any], model: str) -> bool:
-        return self.vector_index_kind(conn, model) is not None
-
-    def ensure_vector_index(self, conn: psycopg.Connection[Any], model: str, dimension: int) -> None:
-        """A partial HNSW index per model on the typed cast of the untyped column, built with
-        ``[index]``'s parameters and memory (an existing one is kept as it is)."""
-        from psycopg import sql
-
-        kind = vector_kind(dimension, self.index.vector_type)
-        stmt = sql.SQL(
-            "CREATE INDEX IF NOT EXISTS {name} ON {schema}.chunk_vector USING hnsw"
-            " ((embedding::{kind}({dim})) {ops}) WITH (m = {m}, ef_construction = {efc})"
-            " WHERE model = {model}"
-        ).format(
-            name=sql.Identifier(vector_index_name(model)),
-            schema=sql.Identifier(self.schema),
-            kind=sql.SQL(kind),
-            dim=sql.Literal(dimension),
-            ops=sql.SQL(f"{kind}_cosine_ops"),
-            m=sql.Literal(self.index.hnsw_m),
-            efc=sql.Literal(self.index.hnsw_ef_construction),
-            model=sql.Literal(model),
-        )
-        with conn.transaction():
-            conn.execute("SELECT set_config('maintenance_work_mem', %s, true)",
-                         (self.index.build_memory.replace(" ", ""),))
-            conn.execute(stmt)
-
     def refresh_statistics(self, conn: psycopg.Connection[Any]) -> None:
         """ANALYZE the tables an ingest filled. Until autovacuum gets to them the planner may
         take a freshly loaded collection for a tiny one and search it exactly, a sequential
@@ -149,17 +136,6 @@ class Store:
                 conn.execute(self.q("analyze_tables"))
         except psycopg.Error:
             pass
-
-    def vector_index_kind(self, conn: psycopg.Connection[Any], model: str) -> str | None:
-        """``vector`` or ``halfvec``: the type the model's index casts to (searches must cast to
-        the same to use it); None when the index does not exist (yet)."""
-        row = conn.execute(
-            "SELECT pg_get_indexdef(to_regclass(%s))",
-            (f'"{self.schema}".{vector_index_name(model)}',),
-        ).fetchone()
-        if not row or not row[0]:
-            return None
-        return "halfvec" if "::halfvec" in row[0] else "vector"
 
     # -- writes ------------------------------------------------------------------------
 
@@ -183,7 +159,7 @@ class Store:
         written = 0
         with conn.transaction():
             ids: list[int] = []
-            with conn.cursor() as cur:
+            with conn.cursor(row_factory=scalar_row) as cur:
                 # One pipelined batch for the group's documents, not a round trip each.
                 cur.executemany(
                     self.q("document_upsert"),
@@ -209,9 +185,9 @@ class Store:
                     returning=True,
                 )
                 for _ in prepared:  # one result set per document, in order
-                    row = cur.fetchone()
-                    assert row is not None
-                    ids.append(int(row[0]))
+                    document_id = cur.fetchone()
+                    assert document_id is not None
+                    ids.append(int(document_id))
                     cur.nextset()
                 cur.execute(
                     self.q("chunks_delete_for_documents"), {"collection": collection, "ids": ids}
@@ -222,8 +198,12 @@ class Store:
                 cur.execute(
                     self.q("chunk_ids_allocate"), {"table": self.q.table("chunk"), "n": total}
                 )
-                chunk_ids = [int(r[0]) for r in cur.fetchall()]
-                with cur.copy(self.q("chunk_copy")) as copy:
+                chunk_ids = [int(i) for i in cur.fetchall()]
+                # Acting for a tenant, the tables are under row-level security: staged COPY.
+                stage = "_stage" if tenancy.active() is not None else ""
+                if stage:
+                    cur.execute(self.q("chunk_stage_create"))
+                with cur.copy(self.q(f"chunk{stage}_copy")) as copy:
                     i = 0
                     for doc_id, p in zip(ids, prepared, strict=True):
                         config = self.q.config(p.language)
@@ -233,12 +213,18 @@ class Store:
                                     chunk_ids[i], doc_id, collection, c.position, c.section,
                                     c.anchor,
                                     c.content, c.token_count, c.content_hash, config,
+                                    c.line_start, c.line_end,
                                 )
                             )
                             i += 1
+                if stage:
+                    cur.execute(self.q("chunk_stage_insert"))
+                    cur.execute(self.q("chunk_stage_clear"))
                 written = total
                 if model is not None and any(p.vectors is not None for p in prepared):
-                    with cur.copy(self.q("vector_copy")) as copy:
+                    if stage:
+                        cur.execute(self.q("vector_stage_create"))
+                    with cur.copy(self.q(f"vector{stage}_copy")) as copy:
                         copy.set_types(["bigint", "text", "text", "vector"])
                         i = 0
                         for p in prepared:
@@ -248,6 +234,9 @@ class Store:
                             for vec in p.vectors:
                                 copy.write_row((chunk_ids[i], collection, model, vec))
                                 i += 1
+                    if stage:
+                        cur.execute(self.q("vector_stage_insert"))
+                        cur.execute(self.q("vector_stage_clear"))
         return written
 
     def delete_documents(
@@ -256,190 +245,8 @@ class Store:
         """Delete documents (cascade to chunks and vectors); returns (documents, chunks)."""
         if not paths:
             return 0, 0
-        with conn.transaction():
-            rows = conn.execute(
+        with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+            rows = cur.execute(
                 self.q("documents_prune"), {"collection": collection, "paths": list(paths)}
             ).fetchall()
-        return len(rows), sum(int(r[1]) for r in rows)
-
-    # -- runs --------------------------------------------------------------------------
-
-    def start_run(
-        self, conn: psycopg.Connection[Any], *, source_root: str, collection: str, mode: str,
-        model: str | None,
-    ) -> int:
-        with conn.transaction():
-            row = conn.execute(
-                self.q("run_start"),
-                {"source_root": source_root, "collection": collection, "mode": mode, "model": model},
-            ).fetchone()
-        assert row is not None
-        return int(row[0])
-
-    def finish_run(self, conn: psycopg.Connection[Any], run_id: int, status: str, report: Any) -> None:
-        errors = [{"path": f.path, "error": f.error, "kind": f.kind} for f in report.failures]
-        with conn.transaction():
-            conn.execute(
-                self.q("run_finish"),
-                {
-                    "id": run_id,
-                    "status": status,
-                    "documents_seen": report.documents_seen,
-                    "documents_indexed": report.documents_indexed,
-                    "documents_skipped": report.documents_skipped,
-                    "documents_failed": report.documents_failed,
-                    "documents_deleted": report.documents_deleted,
-                    "chunks_upserted": report.chunks_upserted,
-                    "chunks_unchanged": report.chunks_unchanged,
-                    "chunks_deleted": report.chunks_deleted,
-                    "embedding_calls": report.embedding_calls,
-                    "tokens_embedded": report.tokens_embedded,
-                    "errors": Jsonb(errors),
-                },
-            )
-
-    # -- stats -------------------------------------------------------------------------
-
-    def stats(self, conn: psycopg.Connection[Any], collection: str) -> dict[str, Any]:
-        row = conn.execute(self.q("stats_totals"), {"collection": collection}).fetchone()
-        assert row is not None
-        models = conn.execute(self.q("stats_models"), {"collection": collection}).fetchall()
-        coll = self.collection_model(conn, collection)
-        last = conn.execute(self.q("stats_last_run"), {"collection": collection}).fetchone()
-        return {
-            "collection": collection,
-            "documents": int(row[0]),
-            "chunks": int(row[1]),
-            "last_indexed_at": row[2].isoformat() if row[2] else None,
-            "model": coll[0] if coll else None,
-            "dimension": coll[1] if coll else None,
-            "models": [{"model": m[0], "dimension": m[1], "vectors": int(m[2])} for m in models],
-            "last_run": None
-            if last is None
-            else {
-                "id": last[0],
-                "started_at": last[1].isoformat(),
-                "finished_at": last[2].isoformat() if last[2] else None,
-                "status": last[3],
-                "documents_seen": last[4],
-                "documents_indexed": last[5],
-                "documents_failed": last[6],
-            },
-        }
-
-    # -- re-embedding (rag_pg/reembed.py) ---------------------------------------------------
-
-    def pending_vectors(self, conn: psycopg.Connection[Any], collection: str, model: str) -> int:
-        """Chunks of embedding documents that still lack a vector of ``model``."""
-        row = conn.execute(
-            self.q("reembed_pending_count"), {"collection": collection, "model": model}
-        ).fetchone()
-        assert row is not None
-        return int(row[0])
-
-    def chunks_without_vector(
-        self, conn: psycopg.Connection[Any], collection: str, model: str, *, after: int,
-        limit: int,
-    ) -> list[tuple[int, Chunk]]:
-        """The next ``limit`` chunks (by id, after ``after``) lacking a vector of ``model``.
-
-        Rebuilt as :class:`Chunk` from the stored rows (title, section, content), so the text
-        embedded is exactly what ingest embedded (``chunk.embedding_text``): no re-parse.
-        """
-        rows = conn.execute(
-            self.q("reembed_pending_chunks"),
-            {"collection": collection, "model": model, "after": after, "limit": limit},
-        ).fetchall()
-        return [
-            (
-                int(r[0]),
-                Chunk(
-                    document_path=r[1], document_title=r[2], section=r[3], anchor=r[4],
-                    position=int(r[5]), content=r[6], token_count=int(r[7]),
-                    content_hash=r[8],
-                ),
-            )
-            for r in rows
-        ]
-
-    def add_vectors(
-        self, conn: psycopg.Connection[Any], model: str, chunk_ids: Sequence[int],
-        vectors: np.ndarray,
-    ) -> int:
-        """Add vectors of ``model`` beside the existing ones, in one transaction (binary COPY).
-
-        Staged in a temporary table first, so a chunk deleted meanwhile is skipped instead of
-        failing the batch, and a vector already present is kept. Returns the rows added.
-        """
-        if len(chunk_ids) != len(vectors):
-            raise StoreError(f"{len(chunk_ids)} chunks but {len(vectors)} vectors")
-        if not chunk_ids:
-            return 0
-        with conn.transaction(), conn.cursor() as cur:
-            cur.execute(self.q("reembed_stage_create"))
-            with cur.copy(self.q("reembed_stage_copy")) as copy:
-                copy.set_types(["bigint", "vector"])
-                for chunk_id, vec in zip(chunk_ids, vectors, strict=True):
-                    copy.write_row((chunk_id, vec))
-            cur.execute(self.q("reembed_stage_insert"), {"model": model})
-            added = cur.rowcount
-            cur.execute(self.q("reembed_stage_clear"))
-        return int(added)
-
-    def switch_model(
-        self, conn: psycopg.Connection[Any], collection: str, model: str, dimension: int
-    ) -> int:
-        """Point the collection at ``model`` if every chunk has its vector; else change nothing.
-
-        One transaction: the collection row is locked, completeness is checked, the model and
-        the documents' fingerprints are updated together, so a search sees either the old
-        model with all its vectors or the new one with all of its own. Returns the number of
-        chunks still missing a vector (0 when the switch happened).
-        """
-        with conn.transaction():
-            row = conn.execute(
-                self.q("reembed_lock_collection"), {"collection": collection}
-            ).fetchone()
-            if row is None:
-                raise StoreError(f"collection {collection!r} does not exist")
-            missing = self.pending_vectors(conn, collection, model)
-            if missing:
-                return missing
-            old = row[0]
-            conn.execute(
-                self.q("reembed_set_model"),
-                {"collection": collection, "model": model, "dimension": dimension},
-            )
-            conn.execute(
-                self.q("reembed_refingerprint"),
-                {
-                    "collection": collection,
-                    "old_part": f";model={old or 'none'};",
-                    "new_part": f";model={model};",
-                },
-            )
-        return 0
-
-    def drop_other_vectors(self, conn: psycopg.Connection[Any], collection: str, model: str) -> int:
-        """Delete the collection's vectors of every model but ``model``; returns the rows."""
-        with conn.transaction():
-            cur = conn.execute(
-                self.q("reembed_drop_other_vectors"), {"collection": collection, "model": model}
-            )
-            return int(cur.rowcount)
-
-    def drop_vector_index_if_unused(self, conn: psycopg.Connection[Any], model: str) -> bool:
-        """Drop ``model``'s HNSW index once no vector and no collection uses that model."""
-        from psycopg import sql
-
-        with conn.transaction():
-            row = conn.execute(self.q("reembed_model_in_use"), {"model": model}).fetchone()
-            if row is None or row[0]:
-                return False
-            conn.execute(
-                sql.SQL("DROP INDEX IF EXISTS {schema}.{name}").format(
-                    schema=sql.Identifier(self.schema),
-                    name=sql.Identifier(vector_index_name(model)),
-                )
-            )
-        return True
+        return len(rows), sum(int(r["chunk_count"]) for r in rows)

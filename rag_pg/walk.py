@@ -1,4 +1,4 @@
-"""Stream the Markdown files under a root, confined to it, with governance filters (SPEC §2.1).
+"""Stream the Markdown files under a root, confined to it, with governance filters.
 
 Decisions:
 
@@ -17,7 +17,22 @@ Decisions:
   (trailing slash), since the files it hides cannot be named.
 - A file name that is not valid UTF-8 cannot be stored as a path: it is reported as
   ``not_utf8`` with the offending bytes written ``\\xNN``.
-- A hard link is an ordinary file of the tree: it cannot be told apart and is read.
+- A file with more than one hard link (``st_nlink > 1``) is refused as ``hardlink`` unless
+  ``read_hardlinks``: its other name may lie outside the root, and nothing on the file tells
+  where, so a link made to smuggle a file in cannot be told from a legitimate one.
+- With ``formats`` (the extensions a run reads, ``rag_pg.convert``), a file of a format a
+  converter reads is yielded as raw bytes (``kind="convert"``, no UTF-8 or NUL check: it is
+  a PDF or an Office file), with the same confinement and descriptor checks and its own
+  size limit (``max_document_bytes``); a file of a known format that is not read (not
+  installed, or left out of ``formats``) is ``unsupported_format``, after the governance
+  filters; a file no converter knows stays ``not_markdown``. Without ``formats`` only
+  Markdown is read.
+- Every entry not indexed is reported: a non-Markdown file as ``not_markdown``, a VCS
+  folder as ``vcs`` and a symlinked directory not followed as ``symlink`` (both with a
+  trailing slash), so a count of skipped files accounts for the whole tree.
+- Which paths may be read at all (prefixes, hard exclusions, ``.aiignore``) is
+  ``rag_pg.walk_rules``; how a file is opened without following a swapped name is
+  ``rag_pg.confined_read``.
 """
 
 from __future__ import annotations
@@ -25,175 +40,60 @@ from __future__ import annotations
 import errno
 import os
 import stat
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pathspec
 
+from rag_pg.confined_read import (
+    DIR_FLAGS,
+    FILE_FLAGS,
+    descriptor_inside,
+    inside,
+    is_loop,
+    read_limited,
+)
+from rag_pg.convert.pipeline import UNSUPPORTED, source_kind
+from rag_pg.convert.registry import DEFAULT_REGISTRY
 from rag_pg.errors import ConfigError
 from rag_pg.models import SkippedFile
+from rag_pg.walk_rules import WalkRules, governance_reason, load_aiignore
 
-MARKDOWN_EXTENSIONS = (".md", ".markdown")
+# WalkRules is the walk's own parameter, so its callers import it from here too.
+__all__ = [
+    "MARKDOWN_EXTENSIONS",
+    "VCS_DIRECTORIES",
+    "SourceFile",
+    "WalkRules",
+    "is_markdown_name",
+    "walk",
+]
+
+MARKDOWN_EXTENSIONS = (".md", ".markdown", ".mdx")
 VCS_DIRECTORIES = frozenset({".git", ".hg", ".svn"})
-AIIGNORE = ".aiignore"
-MAX_AIIGNORE_BYTES = 1024 * 1024
-_READ_BLOCK = 1024 * 1024
-
-_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_FILE_FLAGS = os.O_RDONLY | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
-_DIR_FLAGS = _FILE_FLAGS | getattr(os, "O_DIRECTORY", 0)
 _WIDE_BOMS = (b"\xff\xfe", b"\xfe\xff", b"\x00\x00\xfe\xff")
 
 
-def _normalise_prefix(raw: str, setting: str) -> str | None:
-    """``./docs/`` → ``docs``; ``.`` → ``""`` (the whole root); blank → None (ignored)."""
-    if not isinstance(raw, str):
-        raise ConfigError(f"{setting}: expected a path prefix, got {raw!r}")
-    prefix = raw.strip()
-    if not prefix:
-        return None
-    if prefix.startswith("/"):
-        raise ConfigError(f"{setting}: {raw!r} must be relative to the source root")
-    segments = [segment for segment in prefix.split("/") if segment not in ("", ".")]
-    if ".." in segments:
-        raise ConfigError(f"{setting}: {raw!r} may not contain '..' (it would leave the root)")
-    return "/".join(segments)
-
-
-def _normalise_prefixes(values: Sequence[str] | str, setting: str) -> tuple[str, ...]:
-    if isinstance(values, str):
-        values = [values]
-    prefixes = (_normalise_prefix(value, setting) for value in values)
-    return tuple(dict.fromkeys(prefix for prefix in prefixes if prefix is not None))
-
-
-@dataclass(frozen=True, slots=True)
-class WalkRules:
-    """Validated and normalised at construction, so a bad prefix fails before any walk."""
-
-    included_paths: tuple[str, ...] = ()
-    excluded_paths: tuple[str, ...] = ()
-    follow_symlinks: bool = False
-    max_file_bytes: int = 10 * 1024 * 1024
-
-    def __post_init__(self) -> None:
-        included = _normalise_prefixes(self.included_paths, "source.included_paths")
-        excluded = _normalise_prefixes(self.excluded_paths, "source.excluded_paths")
-        object.__setattr__(self, "included_paths", included)
-        object.__setattr__(self, "excluded_paths", excluded)
-        size = self.max_file_bytes
-        if isinstance(size, bool) or not isinstance(size, int) or size <= 0:
-            raise ConfigError(f"source.max_file_bytes must be a positive integer, got {size!r}")
-
-    def validate(self) -> WalkRules:
-        """Kept for callers that expect an explicit check; construction already did it."""
-        return self
+Kind = str  # "markdown" (decoded text) | "convert" (raw bytes for a converter)
 
 
 @dataclass(frozen=True, slots=True)
 class SourceFile:
+    """A file to index: its bytes and, for Markdown, its decoded text (``""`` for a file
+    read for conversion, ``kind == "convert"``)."""
+
     path: str
     data: bytes
     text: str
+    kind: Kind = "markdown"
 
 
 def is_markdown_name(name: str) -> bool:
     """Only the last extension counts, so ``notes.md.jsonl`` is not a document."""
     stem, extension = os.path.splitext(name)
     return bool(stem) and extension.lower() in MARKDOWN_EXTENSIONS
-
-
-def _under(path: str, prefix: str) -> bool:
-    return not prefix or path == prefix or path.startswith(prefix + "/")
-
-
-def governance_reason(
-    relpath: str, rules: WalkRules, aiignore: pathspec.PathSpec[Any] | None
-) -> str | None:
-    """The first governance filter (SPEC order) that rejects ``relpath``, or None.
-
-    Prefixes match whole segments: ``docs/old`` covers ``docs/old`` and ``docs/old/a.md``
-    but not ``docs/older.md``. ``.aiignore`` patterns follow ``pathspec``'s GitIgnoreSpec.
-    """
-    segments = relpath.split("/")
-    if segments[-1].lower() == "scratch.md" or any(s.lower() == "legacy" for s in segments[:-1]):
-        return "hard_excluded"
-    if any(_under(relpath, prefix) for prefix in rules.excluded_paths):
-        return "excluded_path"
-    if rules.included_paths and not any(_under(relpath, p) for p in rules.included_paths):
-        return "not_included"
-    if aiignore is not None and aiignore.match_file(relpath):
-        return "aiignore"
-    return None
-
-
-def _inside(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
-
-
-def _descriptor_inside(fd: int, root: str) -> bool:
-    """Where the kernel says the descriptor points; trusted over any path we computed."""
-    try:
-        return _inside(os.readlink(f"/proc/self/fd/{fd}"), root)
-    except OSError:
-        return not os.path.isdir("/proc/self/fd")  # no /proc: the realpath check stands
-
-
-def _read_limited(fd: int, limit: int) -> bytes | None:
-    """The file's bytes, or None once more than ``limit`` arrive (it may grow after fstat)."""
-    blocks: list[bytes] = []
-    total = 0
-    while True:
-        block = os.read(fd, min(_READ_BLOCK, limit + 1 - total))
-        if not block:
-            return b"".join(blocks)
-        blocks.append(block)
-        total += len(block)
-        if total > limit:
-            return None
-
-
-def load_aiignore(root: Path) -> pathspec.PathSpec[Any] | None:
-    """The root's ``.aiignore``; a file that exists but cannot be used is a ConfigError.
-
-    Failing closed: indexing what the user asked to hide would be worse than stopping.
-    """
-    root_real = os.path.realpath(root)
-    path = os.path.join(root_real, AIIGNORE)
-    if not os.path.lexists(path):
-        return None
-    try:
-        target = os.path.realpath(path, strict=True)
-        if not _inside(target, root_real):
-            raise ConfigError(f"{path}: links outside the source root")
-        fd = os.open(target, _FILE_FLAGS)
-        try:
-            info = os.fstat(fd)
-            if not stat.S_ISREG(info.st_mode):
-                raise ConfigError(f"{path}: not a regular file")
-            data = _read_limited(fd, MAX_AIIGNORE_BYTES)
-        finally:
-            os.close(fd)
-    except OSError as error:
-        raise ConfigError(f"{path}: cannot be read ({error.strerror})") from error
-    if data is None:
-        raise ConfigError(f"{path}: larger than {MAX_AIIGNORE_BYTES} bytes")
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError as error:
-        raise ConfigError(f"{path}: not valid UTF-8") from error
-    lines = text.splitlines()
-    try:
-        return pathspec.GitIgnoreSpec.from_lines(lines)
-    except ValueError:
-        for number, line in enumerate(lines, start=1):
-            try:
-                pathspec.GitIgnoreSpec.from_lines([line])
-            except ValueError as error:
-                raise ConfigError(f"{path}:{number}: invalid pattern {line!r}") from error
-        raise
 
 
 def _display(name: str) -> str:
@@ -223,10 +123,28 @@ class _Walker:
     rules: WalkRules
     aiignore: pathspec.PathSpec[Any] | None
     stack: list[_Directory] = field(default_factory=list)
+    known: frozenset[str] = field(default_factory=DEFAULT_REGISTRY.known_formats)
+
+    def _kind(self, name: str) -> Kind | None:
+        """How ``name`` is read: ``markdown``, ``convert``, or None (not read)."""
+        formats = self.rules.formats
+        if formats is None:
+            return "markdown" if is_markdown_name(name) else None
+        if is_markdown_name(name):  # .mdx rides with Markdown, whatever the registry lists
+            return "markdown" if ".md" in formats else None
+        return source_kind(name, formats)
+
+    def _refusal(self, name: str) -> str:
+        """Why a file that is not read is skipped: a format ragpg could read, or no document."""
+        if self.rules.formats is None:
+            return "not_markdown"
+        if is_markdown_name(name) or os.path.splitext(name)[1].lower() in self.known:
+            return UNSUPPORTED
+        return "not_markdown"
 
     def run(self) -> Iterator[SourceFile | SkippedFile]:
         try:
-            fd = os.open(self.root, _DIR_FLAGS)
+            fd = os.open(self.root, DIR_FLAGS)
         except OSError as error:
             raise ConfigError(
                 f"source root cannot be opened: {self.root} ({error.strerror})"
@@ -270,7 +188,8 @@ class _Walker:
     ) -> Iterator[SourceFile | SkippedFile]:
         name = entry.name
         relpath = parent.prefix + name
-        markdown = is_markdown_name(name)
+        kind = self._kind(name)
+        markdown = kind is not None  # read: Markdown, or a document to convert
         try:
             is_link = entry.is_symlink()
             is_dir = not is_link and entry.is_dir(follow_symlinks=False)
@@ -282,6 +201,12 @@ class _Walker:
         if is_dir:
             yield from self._directory(parent, name, relpath)
             return
+        if not markdown and not is_link:
+            refusal = self._refusal(name)
+            if refusal == UNSUPPORTED and _valid_name(relpath):
+                refusal = governance_reason(relpath, self.rules, self.aiignore) or refusal
+            yield SkippedFile(_display(relpath), refusal)
+            return
         if markdown:
             if not _valid_name(relpath):
                 yield SkippedFile(_display(relpath), "not_utf8")
@@ -291,27 +216,28 @@ class _Walker:
                 yield SkippedFile(relpath, reason)
                 return
         if is_link:
-            yield from self._link(name, relpath, markdown)
+            yield from self._link(name, relpath, kind)
         elif not markdown:
             return
         elif not is_file:
             yield SkippedFile(relpath, "not_regular")
         else:
             try:
-                fd = os.open(name, _FILE_FLAGS, dir_fd=parent.fd)
+                fd = os.open(name, FILE_FLAGS, dir_fd=parent.fd)
             except OSError as error:
-                yield SkippedFile(relpath, "symlink" if _is_loop(error) else "unreadable")
+                yield SkippedFile(relpath, "symlink" if is_loop(error) else "unreadable")
                 return
-            yield self._read(fd, relpath)
+            yield self._read(fd, relpath, kind or "markdown")
 
     def _directory(self, parent: _Directory, name: str, relpath: str) -> Iterator[SkippedFile]:
         if name in VCS_DIRECTORIES:
+            yield SkippedFile(_display(relpath) + "/", "vcs")
             return
         try:
-            fd = os.open(name, _DIR_FLAGS, dir_fd=parent.fd)
+            fd = os.open(name, DIR_FLAGS, dir_fd=parent.fd)
         except OSError as error:
             # ELOOP/ENOTDIR: no longer a directory (swapped for a link since listing).
-            if not _is_loop(error) and error.errno != errno.ENOTDIR:
+            if not is_loop(error) and error.errno != errno.ENOTDIR:
                 yield SkippedFile(_display(relpath) + "/", "unreadable")
             return
         if self._push(fd, relpath + "/") == "unreadable":
@@ -325,57 +251,73 @@ class _Walker:
             target = os.path.realpath(os.path.join(self.root, relpath), strict=True)
         except (OSError, RuntimeError, ValueError):
             return None  # dangling, a loop, too long or unencodable: fail closed
-        return target if _inside(target, self.root) else None
+        return target if inside(target, self.root) else None
 
-    def _link(self, name: str, relpath: str, markdown: bool) -> Iterator[SourceFile | SkippedFile]:
-        """A followed link: a directory is descended, a Markdown file read; others skipped."""
-        refused = [SkippedFile(relpath, "symlink")] if markdown else []
+    def _link(self, name: str, relpath: str, kind: Kind | None) -> Iterator[SourceFile | SkippedFile]:
+        """A followed link: a directory is descended, a file that is read read; others skipped."""
+        markdown = kind is not None
+        refused = [SkippedFile(_display(relpath), "symlink" if markdown else self._refusal(name))]
         target = self._resolve(relpath)
         if target is None:
+            if not markdown and self._points_to_directory(relpath):
+                refused = [SkippedFile(_display(relpath) + "/", "symlink")]
             yield from refused
             return
         try:
-            fd = os.open(target, _FILE_FLAGS)
+            fd = os.open(target, FILE_FLAGS)
         except OSError:
             yield from refused
             return
         try:
-            confined = _descriptor_inside(fd, self.root)
+            confined = descriptor_inside(fd, self.root)
             is_dir = stat.S_ISDIR(os.fstat(fd).st_mode)
         except OSError:
             confined = is_dir = False
+        if is_dir and not markdown:
+            refused = [SkippedFile(_display(relpath) + "/", "vcs" if name in VCS_DIRECTORIES else "symlink")]
         if not confined or (is_dir and name in VCS_DIRECTORIES):
             os.close(fd)
             yield from refused
         elif is_dir:
-            if self._push(fd, relpath + "/") == "unreadable":
-                yield SkippedFile(_display(relpath) + "/", "unreadable")
-        elif markdown:
-            yield self._read(fd, relpath)
+            pushed = self._push(fd, relpath + "/")
+            if pushed is not None:  # a loop is a link not followed, and says so
+                reason = "unreadable" if pushed == "unreadable" else "symlink"
+                yield SkippedFile(_display(relpath) + "/", reason)
+        elif kind is not None:
+            yield self._read(fd, relpath, kind)
         else:
             os.close(fd)
+            yield from refused
 
-    def _read(self, fd: int, relpath: str) -> SourceFile | SkippedFile:
+    def _points_to_directory(self, relpath: str) -> bool:
+        """Only to name the skip: a stat of the target, which is never opened."""
+        try:
+            return os.path.isdir(os.path.join(self.root, relpath))
+        except (OSError, ValueError):
+            return False
+
+    def _read(self, fd: int, relpath: str, kind: Kind = "markdown") -> SourceFile | SkippedFile:
         """Check and read the opened descriptor exactly once; always closes it."""
+        limit = self.rules.max_document_bytes if kind == "convert" else self.rules.max_file_bytes
         try:
             info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode):
                 return SkippedFile(relpath, "not_regular")
-            if info.st_size > self.rules.max_file_bytes:
+            if info.st_nlink > 1 and not self.rules.read_hardlinks:
+                return SkippedFile(relpath, "hardlink")
+            if info.st_size > limit:
                 return SkippedFile(relpath, "too_large")
-            data = _read_limited(fd, self.rules.max_file_bytes)
+            data = read_limited(fd, limit)
         except OSError:
             return SkippedFile(relpath, "unreadable")
         finally:
             os.close(fd)
         if data is None:
             return SkippedFile(relpath, "too_large")
+        if kind == "convert":
+            # Bytes for a converter: no text checks (a PDF is binary); an empty file says nothing.
+            return SourceFile(relpath, data, "", "convert") if data else SkippedFile(relpath, "empty")
         return _classify(relpath, data)
-
-
-def _is_loop(error: OSError) -> bool:
-    """ELOOP (EMLINK on some BSDs) is what O_NOFOLLOW answers for a symlink."""
-    return error.errno in (errno.ELOOP, errno.EMLINK)
 
 
 def _classify(relpath: str, data: bytes) -> SourceFile | SkippedFile:
@@ -394,11 +336,16 @@ def _classify(relpath: str, data: bytes) -> SourceFile | SkippedFile:
     return SourceFile(relpath, data, text)
 
 
-def walk(root: Path | str, rules: WalkRules = WalkRules()) -> Iterator[SourceFile | SkippedFile]:
+_DEFAULT_RULES = WalkRules()  # frozen: one shared default is safe
+
+
+def walk(
+    root: Path | str, rules: WalkRules = _DEFAULT_RULES
+) -> Iterator[SourceFile | SkippedFile]:
     """Checks the root and reads ``.aiignore`` now, so configuration errors surface at the call.
 
-    Non-Markdown files are passed over silently; every skipped Markdown file is yielded as a
-    ``SkippedFile`` with its reason, and nothing raised by one file stops the walk.
+    Every entry not indexed is yielded as a ``SkippedFile`` with its reason (non-Markdown
+    files as ``not_markdown``), and nothing raised by one file stops the walk.
     """
     root_real = os.path.realpath(Path(root))
     if not os.path.isdir(root_real):

@@ -16,7 +16,8 @@ import psycopg
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-TEMPLATE = "ragpg_template"
+# One template per test process: several runs can share one external server.
+TEMPLATE = f"ragpg_template_{os.getpid()}"
 _counter = itertools.count()
 
 
@@ -55,7 +56,7 @@ def pg_server_url() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def pg_template(pg_server_url: str) -> str:
+def pg_template(pg_server_url: str) -> Iterator[str]:
     """A database migrated once; every test database is cloned from it."""
     from rag_pg import migrate
 
@@ -67,7 +68,9 @@ def pg_template(pg_server_url: str) -> str:
         migrate.upgrade(conn, "ragpg")
         ext = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
     sys.stderr.write(f"\nPostgreSQL {version[0] if version else '?'}, pgvector {ext[0] if ext else '?'}\n")
-    return TEMPLATE
+    yield TEMPLATE
+    with psycopg.connect(pg_server_url, autocommit=True) as conn:
+        conn.execute(f"DROP DATABASE IF EXISTS {TEMPLATE}")
 
 
 def new_database(pg_server_url: str, template: str | None) -> str:
@@ -139,11 +142,24 @@ def corpus(tmp_path: Path) -> Path:
 
 
 def run_cli(args: list[str], *, env: dict[str, str] | None = None, cwd: Path | None = None,
-            timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m rag_pg`` as a user would, in a subprocess."""
+            timeout: float = 120, faults: tuple[str, ...] = ()) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m rag_pg`` as a user would, in a subprocess (with ``faults`` installed in it)."""
+    from rag_pg.testing.faults import command
+
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("RAGPG_") and k != "DATABASE_URL"}
     full_env.update(env or {})
+    argv = command(faults, args) if faults else [sys.executable, "-m", "rag_pg", *args]
     return subprocess.run(
-        [sys.executable, "-m", "rag_pg", *args], capture_output=True, text=True,
+        argv, capture_output=True, text=True,
         env=full_env, cwd=cwd, timeout=timeout,
     )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked ``slow`` run only with RAGPG_SLOW=1; otherwise they are deselected, not skipped."""
+    if os.environ.get("RAGPG_SLOW") == "1":
+        return
+    kept = [item for item in items if item.get_closest_marker("slow") is None]
+    if len(kept) != len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item.get_closest_marker("slow")])
+        items[:] = kept

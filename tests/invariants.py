@@ -6,7 +6,7 @@ from typing import Any
 
 import psycopg
 
-from rag_pg.check import check
+from rag_pg.admin.check import check
 
 
 def violations(url: str, schema: str = "ragpg") -> list[str]:
@@ -14,7 +14,9 @@ def violations(url: str, schema: str = "ragpg") -> list[str]:
     with psycopg.connect(url, autocommit=True) as conn:
         found = [f"{p.code} {p.subject}: {p.detail}" for p in check(conn, schema)]
         (locks,) = conn.execute(
-            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND pid <> pg_backend_pid()"
+            # this database's only: other tests may share the server
+            "SELECT count(*) FROM pg_locks l JOIN pg_database db ON db.oid = l.database"
+            " WHERE l.locktype = 'advisory' AND l.pid <> pg_backend_pid() AND db.datname = current_database()"
         ).fetchone() or (0,)
         if locks:
             found.append(f"I5 {locks} advisory locks left")

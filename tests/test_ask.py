@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from rag_pg import RagPG, Settings
-from rag_pg.context import ask, check_citations
-from rag_pg.errors import ConfigError
-from rag_pg.llm import ChatClient, LLMError, completions_url, make_chat_client
+from rag_pg.errors import ConfigError, LLMError
 from rag_pg.testing.chatserver import FakeChatServer
+from rag_pg.tree.context import ask, check_citations
+from rag_pg.tree.llm import ChatClient, completions_url, make_chat_client
 
 from .conftest import run_cli
 

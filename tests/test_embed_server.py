@@ -1,13 +1,8 @@
-"""`ragpg embed-server`: both API shapes, the cache, auth, limits, errors, graceful stop, ingest."""
+"""`ragpg embed-server` in process: both API shapes, the cache, auth, limits, errors, stop, ingest."""
 
 from __future__ import annotations
 
 import base64
-import os
-import re
-import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -26,7 +21,7 @@ from rag_pg.embed import (
     OpenAIEmbeddingProvider,
     make_provider,
 )
-from rag_pg.embed_server import EmbedServer, ServerLimits, VectorCache
+from rag_pg.embed.server import EmbedServer, ServerLimits, VectorCache
 from rag_pg.errors import ConfigError
 from rag_pg.testing.embedserver import FakeEmbeddingServer, fake_vector
 
@@ -74,7 +69,7 @@ def post(server: EmbedServer, path: str, body: Any, **headers: str) -> httpx.Res
 # -- the two shapes ------------------------------------------------------------------------------
 
 
-def test_health_and_seed_contract(serve):
+def test_health_and_embed_contract(serve):
     server = serve()
     assert httpx.get(server.url + "/health").json() == {"status": "ok", "model": "fake-16",
                                                          "dim": 16}
@@ -113,7 +108,8 @@ def test_our_openai_provider_talks_to_it(serve):
         ({"model": "text-embedding-3-small", "input": ["a"]}, 404, "not served here"),
         ({"input": ["a"], "dimensions": 8}, 400, "dimensions must be 16"),
         ({"input": ["a"], "encoding_format": "int8"}, 400, "encoding_format"),
-        ({"input": [[1, 2, 3]]}, 422, "token ids are not supported"),
+        ({"input": [[1, 2, 3]]}, 422, "check_embedding_ctx_length=False"),
+        ({"input": [1, 2, 3]}, 422, "check_embedding_ctx_length=False"),
         ({"input": []}, 422, "non-empty list"),
         ({"input": ["a"], "input_type": "poem"}, 400, "input_type"),
     ],
@@ -129,7 +125,7 @@ def test_openai_shape_refusals_use_its_error_object(serve, body, status, message
     [({"type": "doc", "texts": ["a"]}, "type must be"), ({"type": "query", "texts": []}, "non-empty"),
      ({"type": "query", "texts": [1]}, "strings"), ({"type": "query"}, "non-empty")],
 )
-def test_seed_refusals_are_422_with_detail(serve, upstream, body, message):
+def test_embed_refusals_are_422_with_detail(serve, upstream, body, message):
     reply = post(serve(), "/embed", body)
     assert reply.status_code == 422 and message in reply.json()["detail"]
     assert upstream.calls == 0
@@ -201,10 +197,39 @@ def test_binding_beyond_loopback_needs_a_token():
 def test_limits_on_texts_and_bytes_are_enforced_before_any_work(serve, upstream):
     server = serve(limits=ServerLimits(max_texts=3, max_request_bytes=2000))
     many = post(server, "/embed", {"type": "query", "texts": ["a"] * 4})
-    assert many.status_code == 413 and "embedding.batch_size" in many.json()["detail"]
+    assert many.status_code == 413
+    # the server's own flag first (the client may not be ragpg), then the client's setting
+    assert "ragpg embed-server --max-texts" in many.json()["detail"]
+    assert "embedding.batch_size" in many.json()["detail"]
     big = post(server, "/embed", {"type": "query", "texts": ["x" * 3000]})
     assert big.status_code == 413 and "2000-byte cap" in big.json()["detail"]
+    assert "--max-request-bytes" in big.json()["detail"]
+    assert "LangChain: chunk_size" in big.json()["detail"]  # the client's own option too
+    openai = post(server, "/v1/embeddings", {"input": ["a"] * 4})
+    assert openai.status_code == 413 and "--max-texts" in openai.json()["error"]["message"]
     assert upstream.calls == 0
+
+
+def test_it_takes_as_many_inputs_per_request_as_openai(serve, upstream):
+    server = serve()
+    texts = [f"text {i}" for i in range(2048)]
+    reply = post(server, "/v1/embeddings", {"input": texts})
+    assert reply.status_code == 200 and len(reply.json()["data"]) == 2048
+    over = post(server, "/v1/embeddings", {"input": [*texts, "one more"]})
+    assert over.status_code == 413 and "--max-texts" in over.json()["error"]["message"]
+
+
+def test_models_lists_the_served_model_in_openai_form(serve):
+    server = serve(token=TOKEN)
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    assert httpx.get(server.url + "/v1/models").status_code == 401
+    listing = httpx.get(server.url + "/v1/models", headers=auth).json()
+    assert listing["object"] == "list"
+    assert [(m["id"], m["object"]) for m in listing["data"]] == [("fake-16", "model")]
+    one = httpx.get(server.url + "/v1/models/fake-16", headers=auth)
+    assert one.status_code == 200 and one.json()["id"] == "fake-16"
+    other = httpx.get(server.url + "/v1/models/text-embedding-3-small", headers=auth)
+    assert other.status_code == 404 and other.json()["error"]["code"] == "model_not_found"
 
 
 def test_upstream_failures_map_to_what_a_client_should_do(serve, upstream):
@@ -245,6 +270,33 @@ def test_a_full_server_answers_busy_with_retry_after(serve, upstream):
     assert answers[0].status_code == 200
 
 
+def test_a_saturated_server_answers_busy_at_once(serve, upstream):
+    upstream.delay = 60.0  # the first request holds the only slot until the server stops
+    server = serve(limits=ServerLimits(concurrency=1, queue_timeout=60.0, max_waiting=0))
+    answers: list[object] = []
+
+    def first() -> None:
+        try:
+            answers.append(post(server, "/embed", {"type": "query", "texts": ["slow"]}))
+        except httpx.HTTPError as exc:  # cut off by the stop below
+            answers.append(exc)
+
+    worker = threading.Thread(target=first)
+    worker.start()
+    try:
+        while upstream.calls == 0:
+            time.sleep(0.01)
+        busy = post(server, "/v1/embeddings", {"input": ["other"]})  # not queued for 60 s
+        assert busy.status_code == 503 and busy.headers["retry-after"] == "1"
+        assert busy.json()["error"]["code"] == "busy"
+        assert httpx.get(server.url + "/health").status_code == 200  # probes still answered
+    finally:
+        server.stop(grace=0)
+        worker.join()
+    assert len(answers) == 1 and not (isinstance(answers[0], httpx.Response)
+                                      and answers[0].status_code == 200)
+
+
 def test_stop_lets_requests_in_flight_finish_then_refuses(serve, upstream):
     upstream.delay = 0.5
     server = serve()
@@ -262,38 +314,6 @@ def test_stop_lets_requests_in_flight_finish_then_refuses(serve, upstream):
         httpx.get(url + "/health", timeout=2)
 
 
-def test_command_line_serves_the_configured_provider_and_stops_gracefully(upstream):
-    upstream.delay = 1.0
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RAGPG_")}
-    env.update({"RAGPG_EMBEDDING_URL": upstream.url, "RAGPG_EMBED_SERVER_TOKEN": TOKEN})
-    proc = subprocess.Popen([sys.executable, "-m", "rag_pg", "embed-server", "--port", "0"],
-                            stderr=subprocess.PIPE, text=True, env=env)
-    try:
-        assert proc.stderr is not None
-        line = proc.stderr.readline()
-        match = re.search(r"on (http://127\.0\.0\.1:\d+)", line)
-        assert match, line
-        assert "fake-16 (16 d)" in line and TOKEN not in line
-        answers: list[httpx.Response] = []
-        worker = threading.Thread(target=lambda: answers.append(httpx.post(
-            match.group(1) + "/embed", json={"type": "query", "texts": ["q"]},
-            headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10)))
-        worker.start()
-        while upstream.calls == 0:
-            time.sleep(0.01)
-        proc.send_signal(signal.SIGTERM)
-        worker.join()
-        assert proc.wait(timeout=20) == 0
-        assert answers[0].status_code == 200
-        assert "stopping" in proc.stderr.read()
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        if proc.stderr is not None:
-            proc.stderr.close()
-
-
 # -- the local model, and ingests through the server ---------------------------------------------
 
 
@@ -301,11 +321,11 @@ def test_command_line_serves_the_configured_provider_and_stops_gracefully(upstre
 def test_local_model_gives_the_same_vectors_through_either_shape():
     local = LocalEmbeddingProvider()
     with EmbedServer(LocalEmbeddingProvider(), port=0) as server:
-        seed = post(server, "/embed", {"type": "query", "texts": ["où est la gare ?"]}).json()
+        own = post(server, "/embed", {"type": "query", "texts": ["où est la gare ?"]}).json()
         openai = post(server, "/v1/embeddings",
                       {"model": LOCAL_MODEL, "input": ["query: où est la gare ?"]}).json()
     direct = local.embed("query", ["où est la gare ?"])[0]
-    assert np.array_equal(np.array(seed["vectors"][0], dtype=np.float32), direct)
+    assert np.array_equal(np.array(own["vectors"][0], dtype=np.float32), direct)
     assert np.array_equal(np.array(openai["data"][0]["embedding"], dtype=np.float32), direct)
 
 

@@ -234,13 +234,17 @@ def test_stop_is_prompt_with_idle_and_slow_connections() -> None:
     srv.fault = "slow"
     slow = threading.Thread(target=_swallow, args=(srv.url,))
     slow.start()
-    time.sleep(0.2)
+    waited = time.monotonic()
+    while not srv.requests:  # the slow request is being held by the server
+        assert time.monotonic() - waited < 60, "the slow request never reached the server"
+        time.sleep(0.01)
     started = time.monotonic()
     srv.stop()
     srv.stop()  # idempotent
     slow.join()
     idle.close()
-    assert time.monotonic() - started < 2.0
+    # The slow answer would take srv.slow_seconds (30 s): stopping does not wait for it.
+    assert time.monotonic() - started < srv.slow_seconds / 2
     assert set(threading.enumerate()) - before == set()
 
 
@@ -275,6 +279,13 @@ def test_command_line_runs_in_the_foreground() -> None:
             }
     finally:
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=10) == 0
-        if proc.stdout is not None:
-            proc.stdout.close()
+        try:
+            code = proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise
+        finally:
+            if proc.stdout is not None:
+                proc.stdout.close()
+    assert code == 0

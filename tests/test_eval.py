@@ -11,8 +11,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
+from rag_pg import RagPG, Settings
+from rag_pg.admin.evaluate import load_questions, mean, metrics
 from rag_pg.errors import ConfigError
-from rag_pg.evaluate import load_questions, mean, metrics
 
 from .conftest import run_cli
 
@@ -37,6 +38,28 @@ def test_anchor_entries_need_the_best_chunk_in_that_section():
     assert metrics([("a.md", "usage")], ["a.md#install"])["hit@1"] == 0.0
     # one relevant entry is credited once, even if its path shows up again
     assert metrics([("a.md", ""), ("a.md", "")], ["a.md", "b.md"])["recall@10"] == 0.5
+
+
+def test_section_metrics_beside_file_metrics():
+    """A path#anchor entry counts as its file at file level; at section level only the
+    questions with anchored entries count, credited by a hit of that very section."""
+    from rag_pg.admin.evaluate import Question, evaluate
+    from rag_pg.models import Chunk, Hit
+
+    def hit(path: str, anchor: str) -> Hit:
+        return Hit(chunk=Chunk(document_path=path, document_title="", section="", anchor=anchor,
+                               position=0, content="", token_count=0, content_hash=""), score=1.0)
+
+    found = {"q1": [hit("a.md", "usage"), hit("a.md", "install")], "q2": [hit("b.md", "")]}
+    questions = [Question("q1", ("a.md#install",)), Question("q2", ("b.md",))]
+    report = evaluate(questions, ["keyword"], lambda q, mode, k: found[q], k=10)
+    assert report["modes"]["keyword"]["hit@1"] == 1.0  # both files first
+    assert report["section_questions"] == 1
+    section = report["sections"]["keyword"]
+    assert (section["hit@1"], section["hit@5"], section["mrr@10"]) == (0.0, 1.0, 0.5)
+    assert report["queries"][0]["rankings"]["keyword"] == ["a.md#usage", "a.md#install"]
+    plain = evaluate(questions[1:], ["keyword"], lambda q, mode, k: found[q])
+    assert plain["sections"] == {} and plain["section_questions"] == 0
 
 
 def test_mean_rounds_per_metric():
@@ -128,3 +151,31 @@ def test_eval_usage_errors(mini, tmp_path):
     assert bad.returncode == 2 and "unknown mode" in bad.stderr
     missing = run_cli(["eval", str(tmp_path / "none.jsonl")], env=env)
     assert missing.returncode == 2 and "cannot read" in missing.stderr
+
+
+def test_eval_ranks_as_search_does_with_the_cap_it_reports(mini, db_url, embed_server, tmp_path):
+    env, _ = mini
+    questions = tmp_path / "q.jsonl"
+    asked = load_questions(DATA / "questions.jsonl")[:4]
+    questions.write_text("".join(json.dumps({"query": q.query, "relevant": list(q.relevant)}) + "\n"
+                                 for q in asked), encoding="utf-8")
+    settings = Settings.load(environ={}, overrides={"embedding.url": embed_server.url})
+    for cap in (None, 2):
+        args = ["eval", str(questions), "--modes", "keyword,hybrid", "--json", "--details"]
+        out = run_cli(args + ([] if cap is None else ["--max-per-document", str(cap)]), env=env)
+        assert out.returncode == 0, out.stderr
+        report = json.loads(out.stdout)
+        assert report["max_per_document"] == cap and report["fusion"] == "adaptive"
+        with RagPG(db_url, settings) as rag:
+            for q in report["queries"]:
+                for mode, ranked in q["rankings"].items():
+                    hits = rag.search(q["query"], 10, mode=mode, max_per_document=cap)
+                    assert ranked == [h.path for h in hits], (mode, q["query"])
+        with psycopg.connect(db_url) as conn:
+            stored = conn.execute("SELECT settings->'max_per_document' FROM ragpg.eval_run"
+                                  " WHERE id = %s", (report["run_id"],)).fetchone()
+        assert stored == (cap,)
+    text = run_cli(["eval", str(questions), "--modes", "keyword", "--max-per-document", "1"], env=env)
+    assert "max_per_document 1" in text.stdout and "fusion adaptive" in text.stdout
+    zero = run_cli(["eval", str(questions), "--max-per-document", "0"], env=env)
+    assert zero.returncode == 2 and "--max-per-document must be >= 1" in zero.stderr

@@ -4,8 +4,6 @@ at 50%, 10%, 1% and 0.1% selectivity, through HNSW iterative scans and through e
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +13,6 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from rag_pg import RagPG, Settings
-from rag_pg.testing.embedserver import FakeEmbeddingServer
 
 N_DOCS = 1000
 SELECTIVITY = {"half": 2, "tenth": 10, "hundredth": 100, "thousandth": 1000}  # every n-th doc
@@ -124,64 +121,35 @@ def test_collection_is_a_filter_of_both_legs(big):
         assert any(not h.path.startswith("some/") for h in a)
 
 
-def test_a_collection_scan_goes_iterative_only_when_other_collections_crowd_it(
-    big, db_url, tmp_path, monkeypatch
+def test_a_crowded_collection_scan_still_returns_k_hits_and_leaves_no_setting_behind(
+    big, db_url, tmp_path
 ):
-    """A whole-collection index search first runs without pgvector's iterative scan (cheaper,
-    the same rows when nothing is filtered out). A collection whose nearest vectors in the
-    shared index belong to another collection comes back short: it is searched again
-    iteratively, and starts iteratively from then on. Either way the hits are those of an
-    iterative-only search."""
+    """A whole-collection index search scans the model's HNSW index, which other collections
+    share: with near twins of every document in another collection, about half the nearest
+    rows of the index are not ours, and pgvector's iterative scan (set for the search's own
+    transaction only) goes on past them. The caller's session keeps its own settings."""
     overrides = {"retrieval.exact_limit": 0, "retrieval.ef_search": 10}
-    scans: list[str] = []
-
-    @contextmanager
-    def spied(settings: Settings) -> Iterator[RagPG]:
-        # Small tables: statistics and no bitmap scans, so the planner walks the HNSW index.
-        with psycopg.connect(db_url, autocommit=True) as conn:
-            conn.execute("ANALYZE ragpg.chunk_vector")
-            conn.execute("SET enable_bitmapscan = off")
-            with RagPG(conn, settings) as rag:
-                execute = rag.searcher._execute
-
-                def spy(conn: Any, req: Any, stmt: Any, params: Any, own: bool, hnsw: Any) -> Any:
-                    scans.append(hnsw[1])
-                    return execute(conn, req, stmt, params, own, hnsw)
-
-                monkeypatch.setattr(rag.searcher, "_execute", spy)
-                yield rag
-
-    def search(rag: RagPG, collection: str) -> list[str]:
-        """The scans one search ran; its hits are checked against an iterative-only search."""
-        scans.clear()
-        hits = rag.search("réseau disque", 10, mode="hybrid", collection=collection)
-        ran = list(scans)
-        with monkeypatch.context() as patch:
-            patch.setattr(rag.searcher, "_plain_scan_first", lambda *args: False)
-            reference = rag.search("réseau disque", 10, mode="hybrid", collection=collection)
-        assert len(hits) == 10 and {h.collection for h in hits} == {collection}
-        assert [h.chunk_id for h in hits] == [h.chunk_id for h in reference]
-        return ran
-
-    # Alone in its model's index: one plain scan, never more.
-    with FakeEmbeddingServer(dim=64, model="other-64") as other:
-        solo_settings = big.settings.with_overrides(**overrides, **{"embedding.url": other.url})
-        with RagPG(db_url, solo_settings) as solo:
-            solo.ingest(tmp_path / "big", collection="solo")
-        with spied(solo_settings) as solo:
-            assert search(solo, "solo") == ["off"]
-            assert search(solo, "solo") == ["off"]
-    # Near twins of every document (one word more) in another collection of the same model:
-    # about half the nearest rows of the shared index are not ours.
     crowd = tmp_path / "crowd"
     for i, source in enumerate(sorted((tmp_path / "big").rglob("*.md"))):
         target = crowd / source.relative_to(tmp_path / "big")
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(source.read_text(encoding="utf-8") + f" twin{i}\n", encoding="utf-8")
     big.ingest(crowd, collection="crowd")
-    with spied(big.settings.with_overrides(**overrides)) as rag:
-        assert search(rag, "default") == ["off", "relaxed_order"]
-        assert search(rag, "default") == ["relaxed_order"]
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        # Small tables: statistics and no bitmap scans, so the planner walks the HNSW index.
+        conn.execute("ANALYZE ragpg.chunk_vector")
+        conn.execute("SET enable_bitmapscan = off")
+        before = conn.execute("SELECT current_setting('hnsw.ef_search', true),"
+                              " current_setting('hnsw.iterative_scan', true)").fetchone()
+        with RagPG(conn, big.settings.with_overrides(**overrides)) as rag:
+            for collection in ("default", "crowd"):
+                for mode in ("vector", "hybrid"):
+                    hits = rag.search("réseau disque", 10, mode=mode, collection=collection)
+                    assert len(hits) == 10 and {h.collection for h in hits} == {collection}
+        after = conn.execute("SELECT current_setting('hnsw.ef_search', true),"
+                             " current_setting('hnsw.iterative_scan', true)").fetchone()
+        assert after == before
+        assert conn.execute("SHOW enable_bitmapscan").fetchone() == ("off",)
 
 
 def test_a_bulk_load_leaves_fresh_planner_statistics(big, db_url, tmp_path):

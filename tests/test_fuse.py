@@ -51,7 +51,8 @@ def test_weights_and_ties():
 # -- weighted RRF, per-document capping, candidate rows -> hits (all without a database) ------
 
 from rag_pg.fuse import cap_per_document  # noqa: E402
-from rag_pg.search import SearchRequest, fuse, merge_chunks  # noqa: E402
+from rag_pg.hits import Candidate, fuse, merge_chunks  # noqa: E402
+from rag_pg.search import SearchPlan  # noqa: E402
 
 weights = st.floats(0, 5, allow_nan=False)
 
@@ -99,11 +100,12 @@ def test_cap_per_document_keeps_order_and_at_most_n_each(items, limit):
 
 
 def _row(chunk_id, vrank=None, dist=None, krank=None, kscore=None):
-    return (chunk_id, vrank, dist, krank, kscore)
+    return Candidate(chunk_id, vector_rank=vrank, distance=dist, keyword_rank=krank, keyword_score=kscore)
 
 
 def _req(mode, **kw):
-    return SearchRequest(collection="default", k=10, mode=mode, query_text="q", **kw)
+    return SearchPlan(**{"collection": "default", "k": 10, "mode": mode, "query_text": "q", "fusion": "rrf",
+                         **kw})
 
 
 def test_fuse_rows_per_mode_and_both_ranks_kept():
@@ -133,3 +135,110 @@ def test_merge_chunks_drops_the_overlap_tail_and_marks_new_sections():
     # a first paragraph that is not the previous chunk's tail is kept
     other = [chunks[0], {**chunks[1], "content": "alpha beta\n\nseven eight"}]
     assert merge_chunks(other) == "one two three\n\nfour five six\n\nalpha beta\n\nseven eight"
+
+
+def _doc_row(chunk_id, document_id, vrank, krank):
+    return Candidate(chunk_id, vector_rank=vrank, distance=0.1 * vrank, keyword_rank=krank,
+                     keyword_score=10.0 / krank, document_id=document_id, path=f"d{document_id}.md")
+
+
+def test_a_document_first_in_both_legs_through_different_chunks_stays_first_when_capped():
+    """Document 1's best vector chunk (10) is its third keyword chunk and its best keyword
+    chunk (11) its third vector chunk; document 2's chunk is second in both legs. Fused per
+    chunk, chunk 10 keeps both terms and document 1 stays first under a cap of 1 (capping
+    each leg first would leave chunk 10 one term and put document 2 first)."""
+    from rag_pg.hits import shape
+
+    rows = [_doc_row(10, 1, 1, 3), _doc_row(11, 1, 3, 1), _doc_row(20, 2, 2, 2)]
+    for plan in (_req("hybrid", max_per_document=1, k=1),
+                 _req("hybrid", max_per_document=1, k=1, fusion="convex")):
+        hits = shape(rows, plan)
+        assert [(h.document_id, h.chunk_id) for h in hits] == [(1, 10)], plan.fusion
+    assert [h.chunk_id for h in shape(rows, _req("hybrid", max_per_document=1))] == [10, 20]
+
+
+# -- rank-based RRF and the convex (score-aware) fusion ----------------------------------------
+
+from rag_pg.fuse import convex, rrf_ranks  # noqa: E402
+
+finite = st.floats(-50, 50, allow_nan=False, allow_infinity=False)
+# Scores on a 0.01 grid for the scale and offset properties: two floats closer than the
+# rounding of ``x * scale + offset`` (0 and 6e-178, shifted by 1) become equal once moved,
+# which changes the list itself, not how a fusion reads it.
+grid = st.integers(-5000, 5000).map(lambda i: i / 100)
+positive_grid = st.integers(1, 4000).map(lambda i: i / 100)
+bm25_like = st.floats(0.01, 40)
+
+
+@st.composite
+def legs(draw, vector_scores=finite, keyword_scores=bm25_like):
+    """Two legs' candidate lists over chunk ids: {id: {leg: raw score}} and {id: {leg: rank}}
+    (ranks as each leg numbers them: by score, best first, ties by id)."""
+    vector = draw(st.dictionaries(st.integers(0, 30), vector_scores, max_size=15))
+    keyword = draw(st.dictionaries(st.integers(0, 30), keyword_scores, max_size=15))
+    scores: dict[int, dict[str, float]] = {}
+    ranks: dict[int, dict[str, int]] = {}
+    for leg, values in (("vector", vector), ("keyword", keyword)):
+        for rank, (key, value) in enumerate(sorted(values.items(), key=lambda kv: (-kv[1], kv[0])), 1):
+            scores.setdefault(key, {})[leg] = value
+            ranks.setdefault(key, {})[leg] = rank
+    return scores, ranks
+
+
+@given(unique_lists, unique_lists, st.integers(0, 100), weights, weights)
+def test_rrf_on_the_legs_ranks_is_rrf_on_their_lists(vector, keyword, k, wv, wk):
+    ranks: dict[int, dict[str, int]] = {}
+    for leg, ranked in (("vector", vector), ("keyword", keyword)):
+        for rank, key in enumerate(ranked, 1):
+            ranks.setdefault(key, {})[leg] = rank
+    w = {"vector": wv, "keyword": wk}
+    by_ranks = dict(rrf_ranks(ranks, k=k, weights=w))
+    by_lists = dict(rrf({"vector": vector, "keyword": keyword}, k=k, weights=w))
+    assert by_ranks.keys() == by_lists.keys()
+    assert all(abs(by_ranks[key] - by_lists[key]) < 1e-12 for key in by_ranks)
+
+
+@given(legs(), weights, weights)
+def test_convex_scores_are_a_weighted_mean_in_unit_range_best_first(data, wv, wk):
+    scores, ranks = data
+    fused = convex(scores, ranks, weights={"vector": wv, "keyword": wk})
+    assert sorted(key for key, _ in fused) == sorted(scores)
+    assert all(-1e-12 <= s <= 1 + 1e-12 for _, s in fused)
+    assert [s for _, s in fused] == sorted((s for _, s in fused), reverse=True)
+    assert fused == convex(dict(reversed(list(scores.items()))), ranks,
+                           weights={"vector": wv, "keyword": wk})  # input order is irrelevant
+
+
+@given(legs(grid, positive_grid), st.floats(0.01, 100), st.floats(-100, 100))
+def test_convex_ignores_each_legs_scale_and_offset(data, scale, offset):
+    """Only the spread within a leg's list counts: BM25 and cosine share no unit."""
+    scores, ranks = data
+    moved = {key: {leg: (v * scale + offset if leg == "keyword" else v) for leg, v in mine.items()}
+             for key, mine in scores.items()}
+    before = convex(scores, ranks)
+    after = convex(moved, ranks)
+    assert [key for key, _ in before] == [key for key, _ in after] or \
+        all(abs(a - b) < 1e-9 for (_, a), (_, b) in zip(before, after, strict=True))
+
+
+@given(legs())
+def test_convex_never_ranks_an_item_below_one_it_matches_or_beats_in_every_leg(data):
+    scores, ranks = data
+    position = {key: i for i, (key, _) in enumerate(convex(scores, ranks))}
+    for a in scores:
+        for b in scores:
+            if a != b and all(leg in scores[a] and (leg not in scores[b] or scores[a][leg] > scores[b][leg])
+                              for leg in ("vector", "keyword")):
+                assert position[a] < position[b], (a, b)
+
+
+def test_convex_follows_a_decisive_leg_where_rrf_sees_only_ranks():
+    """Keyword: chunk 1 scores 30, everything else ~1; vector: a flat list. RRF sees three
+    chunks with the same ranks (1 + 3, 2 + 2, 3 + 1) and the tie goes to the vector leg's
+    first; the convex fusion keeps the decisive keyword winner."""
+    scores = {1: {"keyword": 30.0, "vector": 0.80}, 2: {"keyword": 1.2, "vector": 0.81},
+              3: {"keyword": 1.0, "vector": 0.82}, 4: {"vector": 0.79}}
+    ranks = {1: {"keyword": 1, "vector": 3}, 2: {"keyword": 2, "vector": 2},
+             3: {"keyword": 3, "vector": 1}, 4: {"vector": 4}}
+    assert rrf_ranks(ranks)[0][0] == 3
+    assert convex(scores, ranks)[0][0] == 1

@@ -12,7 +12,8 @@ import pytest
 
 from rag_pg import RagPG, Settings
 from rag_pg.errors import SchemaMissing
-from rag_pg.hierarchy import (
+from rag_pg.models import IngestReport
+from rag_pg.tree.hierarchy import (
     MISSING_PARENT,
     Node,
     build_tree,
@@ -22,7 +23,6 @@ from rag_pg.hierarchy import (
     render,
     subtree,
 )
-from rag_pg.models import IngestReport
 
 from .conftest import run_cli
 from .invariants import violations
@@ -217,7 +217,7 @@ def test_tree_cli_exits_1_on_a_missing_parent_and_2_on_an_unknown_path(db_url, e
 
 
 def test_load_tree_needs_an_initialised_schema(empty_db_url):
-    from rag_pg.hierarchy import load_tree
+    from rag_pg.tree.hierarchy import load_tree
 
     with RagPG(empty_db_url, Settings.load(environ={}, overrides={"embedding.provider": "none"})) as rag:
         with pytest.raises(SchemaMissing, match="ragpg init"):
@@ -235,3 +235,15 @@ def test_a_hit_in_a_chapter_source_with_expand_parent_brings_the_chapter_summary
     assert expanded["title"] == "Chapitre I : la lumière (résumé)"
     assert "optique à échelons du dix-neuvième siècle" in expanded["text"]
     assert [c["position"] for c in expanded["chunks"]] == list(range(len(expanded["chunks"])))
+
+
+def test_the_cli_says_a_broken_link_is_no_failed_document(db_url, embed_server, book, tmp_path):
+    (book / P2 / "summary.md").unlink()
+    (book / "dup.md").write_text("---\ntitle: a\ntitle: b\n---\n# Dup\n\nTexte.\n", encoding="utf-8")
+    env = {"RAGPG_DATABASE_URL": db_url, "RAGPG_EMBEDDING_URL": embed_server.url}
+    out = run_cli(["ingest", str(book)], env=env, cwd=tmp_path)
+    assert out.returncode == 1, out.stderr
+    assert "0 failed" in out.stdout and "  failed " not in out.stdout
+    assert f"  broken link {P2}/chapitre-01-les-cartes/summary.md" in out.stdout
+    assert "2 broken parent link(s), the documents are indexed" in out.stderr
+    assert "  warning dup.md: " in out.stdout  # a front-matter warning shows without --json

@@ -39,7 +39,7 @@ def test_cold_ingest_indexes_eligible_files_with_vectors(db_url, embed_server, c
     assert report.documents_seen == 9
     assert report.documents_indexed == 9
     assert report.documents_failed == 0
-    assert report.files_skipped == {"hard_excluded": 2}
+    assert report.files_skipped == {"hard_excluded": 2, "not_markdown": 1}  # .aiignore itself
     docs, chunks, vectors = counts(db_url)
     assert (docs, chunks, vectors) == (9, report.chunks_upserted, report.chunks_upserted)
     assert embed_server.calls == report.embedding_calls > 0
@@ -183,9 +183,11 @@ def test_a_different_model_is_refused(db_url, embed_server, corpus):
     from rag_pg.testing.embedserver import FakeEmbeddingServer
 
     with FakeEmbeddingServer(dim=32, model="other-32") as other, make_rag(db_url, other) as rag:
-        # nothing changed: decided from the stored hashes, the service is never asked
-        assert rag.ingest(corpus).documents_indexed == 0
-        assert (other.calls, other.health_calls) == (0, 0)
+        # nothing changed: decided from the stored hashes, nothing embedded; the service is
+        # asked its model once, after the run, to say that the collection's model differs
+        report = rag.ingest(corpus)
+        assert report.documents_indexed == 0 and any("reembed" in w for w in report.warnings)
+        assert (other.calls, other.health_calls) == (0, 1)
         changed = sorted(corpus.rglob("*.md"))[0]
         changed.write_text(changed.read_text(encoding="utf-8") + "\nUne ligne.\n", encoding="utf-8")
         with pytest.raises(DimensionMismatch, match="reembed"):
@@ -227,7 +229,11 @@ def test_ingest_inside_a_caller_transaction_rolls_back_cleanly(db_url, embed_ser
             assert conn.execute("SELECT count(*) FROM ragpg.document").fetchone() == (9,)
             raise psycopg.Rollback()
         assert conn.execute("SELECT count(*) FROM ragpg.document").fetchone() == (0,)
-        locks = conn.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'").fetchone()
+        # This database's locks only: the server may be shared with other test runs.
+        locks = conn.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
+            " AND database = (SELECT oid FROM pg_database WHERE datname = current_database())"
+        ).fetchone()
     assert locks == (0,)
     assert counts(db_url) == (0, 0, 0)
 
@@ -265,7 +271,7 @@ def test_report_json_has_the_contract_fields(db_url, embed_server, corpus):
 
 
 def test_the_vector_index_is_built_after_the_first_bulk_load(db_url, embed_server, corpus):
-    from rag_pg.store import vector_index_name
+    from rag_pg.vector_index import vector_index_name
 
     name = vector_index_name("fake-bow-64")
     with make_rag(db_url, embed_server) as rag:
@@ -282,3 +288,76 @@ def test_the_vector_index_is_built_after_the_first_bulk_load(db_url, embed_serve
             " ORDER BY embedding::vector(64) <=> (SELECT embedding FROM ragpg.chunk_vector LIMIT 1)::vector(64)"
             " LIMIT 5"))
     assert name in plan
+
+
+# -- the pipeline fingerprint and the Markdown pipeline's settings ------------------------------
+
+
+def test_a_new_parser_version_reindexes_and_the_same_one_skips(db_url, embed_server, corpus, monkeypatch):
+    import rag_pg.markdown
+
+    with make_rag(db_url, embed_server) as rag:
+        first = rag.ingest(corpus)
+        same = rag.ingest(corpus)
+        monkeypatch.setattr(rag_pg.markdown, "PARSER_VERSION", "markdown-it/next")
+        upgraded = rag.ingest(corpus)
+        settled = rag.ingest(corpus)
+    assert (same.documents_skipped, same.documents_indexed) == (first.documents_indexed, 0)
+    assert (upgraded.documents_indexed, upgraded.documents_skipped) == (first.documents_indexed, 0)
+    assert (settled.documents_skipped, settled.documents_indexed) == (first.documents_indexed, 0)
+    with psycopg.connect(db_url) as conn:
+        prints = {r[0] for r in conn.execute("SELECT fingerprint FROM ragpg.document")}
+    assert prints and all(";parser=markdown-it/next;" in p for p in prints)
+
+
+def test_anchor_style_and_cap_reach_the_chunks_and_the_fingerprint(db_url, embed_server, tmp_path):
+    root = tmp_path / "site"
+    root.mkdir()
+    long_list = "\n".join(f"- élément numéro {n} de la liste" for n in range(200))
+    (root / "page.md").write_text(f"# Page\n\n## Déjà vu\n\n{long_list}\n", encoding="utf-8")
+    with make_rag(db_url, embed_server, **{"chunk.max_tokens": 400}) as rag:
+        rag.ingest(root)
+        (root / "mkdocs.yml").write_text("site_name: x\n", encoding="utf-8")
+        github = rag.ingest(root)  # the setting is github: mkdocs.yml changes nothing
+    with make_rag(db_url, embed_server, **{"chunk.max_tokens": 400, "source.anchor_style": "auto"}) as rag:
+        auto = rag.ingest(root)
+    assert github.documents_skipped == 1 and auto.changed == ["page.md"]
+    with psycopg.connect(db_url) as conn:
+        anchors = {r[0] for r in conn.execute("SELECT anchor FROM ragpg.chunk")}
+        tokens = max(r[0] for r in conn.execute("SELECT token_count FROM ragpg.chunk"))
+        (fp,) = conn.execute("SELECT fingerprint FROM ragpg.document").fetchone() or ("",)
+    assert "deja-vu" in anchors and "déjà-vu" not in anchors  # Python-Markdown's slug
+    assert tokens <= 400
+    assert ";max=400;anchors=mkdocs;" in fp
+
+
+def test_hard_links_are_read_only_when_allowed(db_url, embed_server, tmp_path):
+    import os
+
+    root = tmp_path / "tree"
+    root.mkdir()
+    (root / "a.md").write_text("# A\n\nUn texte lié.\n", encoding="utf-8")
+    os.link(root / "a.md", tmp_path / "outside.md")
+    with make_rag(db_url, embed_server) as rag:
+        refused = rag.ingest(root)
+    with make_rag(db_url, embed_server, **{"source.read_hardlinks": True}) as rag:
+        allowed = rag.ingest(root)
+    assert refused.files_skipped == {"hardlink": 1} and refused.documents_indexed == 0
+    assert allowed.added == ["a.md"]
+
+
+def test_non_documents_are_all_counted_but_listed_up_to_a_limit(db_url, embed_server, tmp_path, monkeypatch):
+    from rag_pg import ingest
+
+    monkeypatch.setattr(ingest, "LISTED_NON_DOCUMENTS", 5)
+    root = tmp_path / "tree"
+    root.mkdir()
+    for n in range(8):
+        (root / f"image{n}.png").write_bytes(b"\x89PNG")
+    (root / "SCRATCH.md").write_text("# x\n\ny\n", encoding="utf-8")
+    (root / "a.md").write_text("# A\n\nTexte.\n", encoding="utf-8")
+    with make_rag(db_url, embed_server, **{"source.formats": ["md"]}) as rag:
+        report = rag.ingest(root)
+    assert report.files_skipped == {"not_markdown": 8, "hard_excluded": 1}
+    assert [s.reason for s in report.skipped].count("not_markdown") == 5
+    assert ("SCRATCH.md", "hard_excluded") in [(s.path, s.reason) for s in report.skipped]

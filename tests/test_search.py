@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from rag_pg import RagPG, Settings
 from rag_pg.db import prepare
 from rag_pg.errors import ConfigError
-from rag_pg.search import Searcher, SearchRequest
+from rag_pg.search import Searcher, SearchPlan
 
 from .conftest import run_cli
 
@@ -64,7 +64,11 @@ def test_hybrid_hits_carry_both_ranks_and_each_chunk_once(rag):
     assert len(ids) == len(set(ids))
     both = [h for h in hits if set(h.ranks) == {"vector", "keyword"}]
     assert both, [h.ranks for h in hits]
-    assert all(set(h.scores) == set(h.ranks) for h in hits)
+    assert all(set(h.scores) == set(h.ranks) == set(h.leg_scores) for h in hits)
+    for hit in hits:  # each leg's raw score: cosine similarity, BM25
+        data = hit.to_dict()
+        assert data["leg_scores"] == hit.leg_scores and data["ranks"] == hit.ranks
+        assert -1.0 <= hit.leg_scores.get("vector", 0.0) <= 1.0 and hit.leg_scores.get("keyword", 1.0) > 0
     assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
     assert rag.search("marmotte renard", 10, mode="hybrid") == hits  # deterministic
 
@@ -93,9 +97,27 @@ def test_k_is_honoured_and_max_per_document_caps_each_file(rag):
     assert sum(h.path == "book/chapter1.md" for h in two) == 2
 
 
+CAP_QUERIES = ["alpha3w1 marmotte", "marmotte renard hiver", "ERR_4711 chapitre", "alpha1w2 alpha9w9 beta2w3",
+               "service systemctl marmotte"]
+
+
+@pytest.mark.parametrize("query", CAP_QUERIES)
+def test_the_cap_applies_after_fusion_and_keeps_each_legs_first_document(rag, query):
+    """max_per_document=1 is the uncapped fused list with each document's later chunks
+    removed: a document first in either leg keeps its place (its best fused chunk)."""
+    from rag_pg.fuse import cap_per_document
+
+    uncapped = rag.search(query, 60, mode="hybrid")
+    capped = rag.search(query, 3, mode="hybrid", max_per_document=1)
+    expected = cap_per_document(uncapped, lambda h: h.document_id, 1)[:3]
+    assert [(h.chunk_id, h.ranks) for h in capped] == [(h.chunk_id, h.ranks) for h in expected]
+    firsts = {rag.search(query, 1, mode=leg)[0].path for leg in ("vector", "keyword")}
+    assert firsts & {h.path for h in capped}, (firsts, [h.path for h in capped])
+
+
 def test_neighbour_window_merges_the_span_without_repeating_the_overlap(rag):
     doc = rag.get_document("book/chapter1.md")
-    chunks = doc["chunks"]
+    chunks = doc.to_dict()["chunks"]
     assert len(chunks) >= 5
     target = chunks[2]
     word = target["content"].split()[-1]
@@ -162,7 +184,7 @@ def test_invalid_options_are_configuration_errors(rag):
 def test_one_statement_per_search(rag, db_url):
     """Hybrid with every shaping option is one retrieval statement (plus its SET LOCALs)."""
     searcher: Searcher = rag.searcher
-    req = SearchRequest(collection="default", k=3, mode="keyword", query_text="marmotte",
+    req = SearchPlan(collection="default", k=3, mode="keyword", query_text="marmotte",
                         max_per_document=1, neighbours=1, expand="parent")
     with psycopg.connect(db_url) as conn:
         text = searcher.statement(req).as_string(conn)
@@ -221,8 +243,11 @@ def test_index_settings_shape_the_hnsw_index_and_searches_follow_it(db_url, embe
                 "SELECT indexdef FROM pg_indexes WHERE indexname LIKE 'chunk_vector_hnsw_%'"
             ).fetchone()
             assert rag.store.vector_index_kind(conn, model) == "halfvec"
+            # what a search reads of the collection names the same index (its name in SQL)
+            info = rag.searcher.read_collection(conn, "default", 0)
+            assert (info.model, info.vector_kind, info.small) == (model, "halfvec", False)
             qvec = rag.provider.embed("query", ["la marmotte dort"])[0]
-            request = SearchRequest(collection="default", k=3, mode="vector", query_text="x",
+            request = SearchPlan(collection="default", k=3, mode="vector", query_text="x",
                                     query_vector=qvec, model=model, dimension=len(qvec),
                                     exact=False, vector_kind="halfvec")
             plan = "\n".join(r[0] for r in conn.execute(
@@ -257,3 +282,189 @@ def test_a_search_survives_its_pooled_connection_being_killed(rag, db_url):
             " AND pid <> pg_backend_pid()").fetchone()[0]
     assert killed >= 1
     assert [h.chunk_id for h in rag.search("marmotte", 3)] == first
+
+
+def test_a_search_is_retried_once_when_its_connection_is_lost_and_not_more(rag, monkeypatch):
+    """A lost connection (no SQLSTATE, as when the server goes away) is retried once on
+    another lend; a second loss reaches the caller; an error of the statement is not retried."""
+    real = rag.searcher.read_collection
+    calls: list[int] = []
+
+    def lost(times: int, error: Exception) -> Any:
+        def read(conn: Any, *args: Any) -> Any:
+            calls.append(1)
+            if len(calls) <= times:
+                raise error
+            return real(conn, *args)
+        return read
+
+    expected = [h.chunk_id for h in rag.search("marmotte", 3)]
+    monkeypatch.setattr(rag.searcher, "read_collection", lost(1, psycopg.OperationalError("gone")))
+    assert [h.chunk_id for h in rag.search("marmotte", 3)] == expected and len(calls) == 2
+    calls.clear()
+    monkeypatch.setattr(rag.searcher, "read_collection", lost(2, psycopg.OperationalError("gone")))
+    with pytest.raises(psycopg.OperationalError, match="gone"):
+        rag.search("marmotte", 3)
+    assert len(calls) == 2
+    calls.clear()
+    monkeypatch.setattr(rag.searcher, "read_collection", lost(1, psycopg.errors.LockNotAvailable("lock")))
+    with pytest.raises(psycopg.errors.LockNotAvailable):
+        rag.search("marmotte", 3)
+    assert len(calls) == 1
+    assert [h.chunk_id for h in rag.search("marmotte", 3)] == expected  # the pool is still whole
+
+
+def test_searches_on_a_callers_connections_leave_their_transactions_to_them(rag, db_url):
+    """On a caller's connection in a transaction (Django's atomic(), a Flask request), a search
+    runs inside it, as a savepoint, and leaves it open; on an autocommit one, or through a
+    SQLAlchemy Engine or Connection, it runs in a read-only snapshot of its own."""
+    sqlalchemy = pytest.importorskip("sqlalchemy")
+    expected = [h.chunk_id for h in rag.search("marmotte renard", 5)]
+    with psycopg.connect(db_url) as conn:  # not autocommit
+        conn.execute("CREATE TEMPORARY TABLE probe (v int)")
+        with RagPG(conn, rag.settings) as borrowed:
+            assert [h.chunk_id for h in borrowed.search("marmotte renard", 5)] == expected
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+        conn.execute("INSERT INTO probe VALUES (1)")  # the caller's transaction goes on
+        conn.rollback()
+    with psycopg.connect(db_url, autocommit=True) as conn, RagPG(conn, rag.settings) as borrowed:
+        assert [h.chunk_id for h in borrowed.search("marmotte renard", 5)] == expected
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        assert conn.execute("SHOW transaction_isolation").fetchone() == ("read committed",)
+    engine = sqlalchemy.create_engine("postgresql+psycopg://", creator=lambda: psycopg.connect(db_url))
+    try:
+        with RagPG(engine, rag.settings) as through_engine:
+            assert [h.chunk_id for h in through_engine.search("marmotte renard", 5)] == expected
+        with engine.connect() as sa_conn, RagPG(sa_conn, rag.settings) as through_connection:
+            assert [h.chunk_id for h in through_connection.search("marmotte renard", 5)] == expected
+    finally:
+        engine.dispose()
+    with pytest.raises(TypeError, match="connection URL"):
+        RagPG(42, rag.settings)  # type: ignore[arg-type]
+
+
+def test_locate_says_where_a_target_ranks_in_each_leg_or_what_kept_it_out(rag):
+    found = rag.locate("renard marmotte", "book/chapter3.md")
+    assert found.document_id is not None and found.section_exists
+    assert set(found.legs) == {"vector", "keyword"}
+    hits = rag.search("renard marmotte", 200, mode="keyword", rerank=False)
+    expected = next(i for i, h in enumerate(hits, start=1) if h.path == "book/chapter3.md")
+    assert found.legs["keyword"].rank == expected and found.legs["keyword"].reason == "found"
+    assert found.legs["keyword"].score == hits[expected - 1].leg_scores["keyword"]
+    assert found.legs["vector"].rank is not None and found.fused is not None and found.fused.rank
+    assert found.to_dict()["legs"]["keyword"]["rank"] == expected
+    # a passage: path#anchor
+    anchor = rag.get_document("book/chapter3.md").chunks[0].anchor
+    assert rag.locate("renard marmotte", f"book/chapter3.md#{anchor}").legs["keyword"].anchor == anchor
+    # removed by a filter, in both legs
+    filtered = rag.locate("renard marmotte", "book/chapter3.md", path_prefix="notes")
+    assert {p.reason for p in filtered.legs.values()} == {"filtered"} and filtered.fused is None
+    # no word of the query in the document: the keyword leg's whole list lacks it
+    unmatched = rag.locate("systemctl", "book/chapter3.md", mode="keyword")
+    assert unmatched.legs["keyword"].reason == "not_matched" and unmatched.legs["keyword"].matched == 1
+    assert set(unmatched.legs) == {"keyword"}
+    # deeper than asked
+    first = rag.search("marmotte", 1, mode="keyword")[0].path
+    other = next(p for p in ("book/chapter2.md", "book/chapter3.md", "notes/ops.md") if p != first)
+    assert rag.locate("marmotte", other, mode="keyword", depth=1).legs["keyword"].reason == "too_deep"
+    # nothing to rank
+    assert rag.locate("marmotte", "no/such.md").document_id is None
+    missing_section = rag.locate("marmotte", "book/chapter3.md#no-such-section")
+    assert missing_section.document_id is not None and not missing_section.section_exists
+    assert missing_section.legs == {}
+
+
+def test_a_collection_is_small_up_to_exact_limit_chunks(db_url):
+    """The size class a whole-collection search reads before choosing exact search: at most
+    exact_limit chunks, as the triggers on chunk count them (those of documents indexed for
+    keyword search only count too: an upper bound on the vectors)."""
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("INSERT INTO ragpg.collection (name) VALUES ('c')")
+        conn.execute(
+            "INSERT INTO ragpg.document (collection, path, title, content_hash, front_matter, level,"
+            " node_type, embed, language, fingerprint, chunk_count, token_count)"
+            " SELECT 'c', 'p' || i, 't', 'h', '{}', 0, 'source', i <= 400, 'french', 'f', 10, 100"
+            " FROM generate_series(1, 500) i")
+        conn.execute(
+            "INSERT INTO ragpg.chunk (id, document_id, collection, position, section, anchor, content,"
+            " token_count, content_hash, ts_config)"
+            " SELECT row_number() OVER (), d.id, 'c', p, '', '', 'mot ' || p, 10, 'h', 'simple'"
+            " FROM ragpg.document d CROSS JOIN generate_series(0, 9) p WHERE d.collection = 'c'")
+        searcher = Searcher("ragpg")
+        small = {limit: searcher.read_collection(conn, "c", limit).small for limit in (0, 4999, 5000)}
+        assert small == {0: False, 4999: False, 5000: True}
+        conn.execute("DELETE FROM ragpg.document WHERE collection = 'c' AND path = 'p1'")
+        assert searcher.read_collection(conn, "c", 4990).small  # the cascade's 10 chunks went
+        unknown = searcher.read_collection(conn, "nothing", 0)
+        assert (unknown.model, unknown.vector_kind, unknown.small) == (None, None, True)
+        assert unknown.iterative_scans  # the test server's pgvector is >= 0.8
+
+
+def test_the_query_is_embedded_outside_any_transaction(db_url: str, embed_server: Any,
+                                                        tree: Path) -> None:
+    """A slow embedding service must never hold an open transaction (a snapshot that holds
+    back vacuum, a pooled connection stuck in it): while the query is embedded, no backend of
+    the database but the observer's is in a transaction or running a statement."""
+    busy: list[list[tuple[str, str]]] = []
+    with make_rag(db_url, embed_server, **{"chunk.size": 60, "chunk.overlap": 10}) as rag:
+        rag.init()
+        rag.ingest(tree)
+        provider = rag.provider
+        real_embed = provider.embed
+
+        def watching_embed(kind: Any, texts: list[str]) -> Any:
+            if kind == "query":
+                with psycopg.connect(db_url, autocommit=True) as observer:
+                    busy.append(observer.execute(
+                        "SELECT state, left(query, 60) FROM pg_stat_activity"
+                        " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                        " AND backend_type = 'client backend' AND state <> 'idle'").fetchall())
+            return real_embed(kind, texts)
+
+        provider.embed = watching_embed  # type: ignore[method-assign]
+        for mode in ("hybrid", "vector"):
+            assert rag.search("la marmotte dort", 3, mode=mode)
+    assert len(busy) == 2
+    assert busy == [[], []]
+
+
+# -- ragpg.keyword_search() ranks as the keyword mode does ------------------------------------
+
+MINI = Path(__file__).parent / "data" / "tldr-fr-mini"
+PUNCTUATED = ["Comment l'archiver ?", "qu'est-ce que « tar » fait…", "peut-on copier_un fichier",
+              "  ", "ls -la /tmp && echo 'ok'", "git commit --amend : modifier le dernier commit",
+              "Éditer un fichier avec VIM", "le la les", "ARCHIVE archive ARCHIVES"]
+
+
+def test_sql_keyword_search_returns_the_keyword_modes_top_10(db_url: str, embed_server: Any,
+                                                              tmp_path: Path) -> None:
+    """The SQL function (for BI tools) and RagPG.search(mode="keyword") give the same top 10
+    with the same scores, on every question of the shipped set and on punctuated queries."""
+    questions = [json.loads(line)["query"]
+                 for line in (MINI / "questions.jsonl").read_text(encoding="utf-8").splitlines()
+                 if line.strip()]
+    with make_rag(db_url, embed_server) as rag:
+        rag.init()
+        rag.ingest(MINI / "corpus")
+        with psycopg.connect(db_url) as conn:
+            for query in questions + PUNCTUATED:
+                sql_rows = conn.execute(
+                    "SELECT path, position, score FROM ragpg.keyword_search(%s, 10)", (query,)
+                ).fetchall()
+                hits = rag.search(query, 10, mode="keyword")
+                assert [(p, pos) for p, pos, _ in sql_rows] == \
+                    [(h.path, h.chunk.position) for h in hits], query
+                assert [s for _, _, s in sql_rows] == pytest.approx([h.score for h in hits], rel=1e-9)
+    assert any(questions)
+
+
+def test_a_hit_says_which_lines_of_its_file_it_came_from(rag: Any, tree: Path) -> None:
+    """The chunk's line span is stored and returned: the lines it names hold the passage."""
+    hits = rag.search("ERR_4711", 1, mode="keyword")
+    assert hits
+    hit = hits[0]
+    first, last = hit.to_dict()["lines"]
+    lines = (tree / hit.path).read_text(encoding="utf-8").split("\n")
+    assert 1 <= first <= last <= len(lines)
+    assert "ERR_4711" in "\n".join(lines[first - 1:last])
+    assert hit.chunk.line_start == first and hit.chunk.line_end == last

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import queue
+import re
 import shutil
 import signal
 import socket
@@ -15,6 +17,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
+import anyio.to_thread
 import httpx
 import psycopg
 import pytest
@@ -218,15 +222,17 @@ def test_stats_match_the_library(server: Served, indexed_db: str, embed: FakeEmb
         other = client.get("/stats", params={"collection": "nothing-here"})
     assert response.status_code == 200
     with RagPG(indexed_db, Settings()) as rag:
-        assert response.json() == rag.stats()
-    assert other.status_code == 200 and other.json()["documents"] == 0
+        assert response.json() == rag.stats().to_dict()
+    assert other.status_code == 404 and other.json()["error"] == "not_found"
+    assert "nothing-here" in other.json()["message"] and "'default'" in other.json()["message"]
 
 
 def test_documents_by_path_and_id(server: Served, indexed_db: str) -> None:
     from rag_pg import RagPG, Settings
 
     with RagPG(indexed_db, Settings()) as rag:
-        expected = rag.get_document("fr/admin/sauvegardes.md")
+        document = rag.get_document("fr/admin/sauvegardes.md")
+        expected = document.to_dict() if document is not None else None
     assert expected is not None and expected["chunks"]
     with server.client(TOKEN) as client:
         by_path = client.get("/documents", params={"path": "fr/admin/sauvegardes.md"})
@@ -245,6 +251,95 @@ def test_documents_by_path_and_id(server: Served, indexed_db: str) -> None:
         assert response.json()["error"] == "not_found"
     assert "no/such.md" in missing_path.json()["message"]
     assert no_path.status_code == 422 and zero.status_code == 422
+
+
+def test_explain_gives_each_legs_rank_score_and_share(server: Served) -> None:
+    with server.client(TOKEN) as client:
+        plain = client.post("/search", json={"query": QUERY, "k": 3}).json()["hits"]
+        explained = client.post("/search", json={"query": QUERY, "k": 3, "explain": True}).json()["hits"]
+        keyword = client.post("/search", json={"query": QUERY, "k": 1, "mode": "keyword",
+                                               "explain": True}).json()["hits"]
+    assert [{k: v for k, v in h.items() if k not in ("legs", "fused_score")} for h in explained] == plain
+    for hit in explained:
+        assert set(hit["legs"]) == set(hit["ranks"])
+        for leg, info in hit["legs"].items():
+            assert info["rank"] == hit["ranks"][leg] and info["score"] == hit["scores"][leg]
+        assert sum(info["share"] for info in hit["legs"].values()) == pytest.approx(1, abs=1e-3)
+        assert hit["fused_score"] == hit["score"]
+    top = explained[0]["legs"]
+    # rrf: weight / (60 + rank); equal ranks and weights share evenly, a better rank weighs more
+    if top["vector"]["rank"] == top["keyword"]["rank"]:
+        assert top["vector"]["share"] == top["keyword"]["share"] == 0.5
+    assert keyword[0]["legs"] == {"keyword": {"rank": 1, "score": keyword[0]["scores"]["keyword"],
+                                              "share": 1.0}}
+
+
+def test_locate_says_where_an_expected_document_ranked(server: Served) -> None:
+    with server.client(TOKEN) as client:
+        deep = client.post("/search", json={"query": QUERY, "k": 10}).json()["hits"]
+        target = next(h for h in deep if h["path"] != deep[0]["path"])
+        rank = deep.index(target) + 1
+        below = client.post("/locate", json={"query": QUERY, "k": 1, "target": target["path"]}).json()
+        passage = client.post("/locate", json={"query": QUERY, "k": 10,
+                                               "target": f"{target['path']}#{target['anchor']}"}).json()
+        filtered = client.post("/locate", json={"query": QUERY, "path_prefix": "en",
+                                                "target": "fr/admin/sauvegardes.md"}).json()
+        absent = client.post("/locate", json={"query": QUERY, "target": "no/such.md"}).json()
+        no_section = client.post("/locate", json={"query": QUERY,
+                                                  "target": "fr/admin/sauvegardes.md#nowhere"}).json()
+        keyword_only = client.post("/locate", json={"query": QUERY, "mode": "keyword",
+                                                    "target": target["path"]}).json()
+        refused = client.post("/locate", json={"query": QUERY, "target": "#anchor-only"})
+    assert below["fused"]["rank"] <= rank and "below k=1" in below["verdict"], below
+    assert set(below["legs"]) == {"keyword", "vector"}
+    for info in below["legs"].values():
+        assert info["rank"] is not None or info["reason"] in ("not_matched", "too_deep"), below
+        assert (info["note"] is None) == (info["rank"] is not None), info
+    assert below["document_id"] is not None and below["section_exists"] is True
+    assert passage["fused"]["rank"] == rank and "within k=10" in passage["verdict"], passage
+    for leg, info in passage["legs"].items():
+        if leg in target["ranks"]:
+            assert info["rank"] == target["ranks"][leg], (leg, info, target)
+    assert filtered["fused"] is None
+    assert {info["reason"] for info in filtered["legs"].values()} == {"filtered"}, filtered
+    assert all("filter" in info["note"] for info in filtered["legs"].values())
+    assert absent["document_id"] is None and "no document 'no/such.md'" in absent["verdict"]
+    assert no_section["legs"] == {} and "no section #nowhere" in no_section["verdict"]
+    assert set(keyword_only["legs"]) == {"keyword"}
+    assert refused.status_code == 422 and "target" in refused.json()["message"]
+
+
+def test_runs_and_collections(server: Served) -> None:
+    with server.client(TOKEN) as client:
+        runs = client.get("/runs")
+        one = client.get("/runs", params={"limit": 1, "collection": "default"})
+        too_many = client.get("/runs", params={"limit": 1000})
+        collections = client.get("/collections")
+    assert runs.status_code == 200, runs.text
+    [run] = runs.json()["runs"]  # the module's one ingest
+    assert run["status"] == "completed" and run["collection"] == "default"
+    assert run["documents_indexed"] > 0 and run["errors"] == [] and run["finished_at"]
+    assert one.json() == runs.json()
+    assert too_many.status_code == 422
+    assert collections.json() == {"default": "default", "collections": ["default"]}
+
+
+def test_the_page_and_its_files_are_served_without_the_token(server: Served) -> None:
+    with server.client() as client:
+        page = client.get("/")
+        script = client.get("/page/page.js")
+        style = client.get("/page/page.css")
+        escape = client.get("/page/..%2fhttp.py")  # the guard lets /page/ through: files only
+        missing = client.get("/page/nothing.js")
+        data = client.get("/collections")
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert '<script src="/page/page.js"' in page.text
+    assert "script-src 'self'" in page.headers["content-security-policy"]
+    assert not re.search(r'(src|href)="(https?:)?//', page.text)  # nothing from elsewhere: works offline
+    assert script.status_code == 200 and "sessionStorage" in script.text
+    assert style.status_code == 200
+    assert escape.status_code == 404 and missing.status_code == 404
+    assert data.status_code == 401  # the page's data is the API, behind the token
 
 
 # -- limits ---------------------------------------------------------------------------------------
@@ -300,7 +395,29 @@ def test_filters_and_empty_collections_never_give_a_5xx(server: Served) -> None:
     assert response.status_code in (200, 422), response.text
     if response.status_code == 422:
         assert response.json()["error"] == "invalid_request"
-    assert unknown.status_code in (200, 422), unknown.text
+    assert unknown.status_code in (404, 422), unknown.text
+
+
+def test_a_collection_that_does_not_exist_is_a_404_not_an_empty_answer(server: Served) -> None:
+    with server.client(TOKEN) as client:
+        typo = {mode: client.post("/search", json={"query": QUERY, "mode": mode, "collection": "defualt"})
+                for mode in ("keyword", "hybrid")}
+        nothing_matched = client.post("/search", json={"query": "zzqxv", "mode": "keyword"})
+        document = client.get("/documents", params={"path": "fr/admin/sauvegardes.md",
+                                                    "collection": "defualt"})
+        runs = client.get("/runs", params={"collection": "defualt"})
+        collections = client.get("/collections")
+    for mode, response in typo.items():
+        assert response.status_code == 404, (mode, response.text)
+        body = response.json()
+        assert body["error"] == "not_found" and "'defualt'" in body["message"], body
+        assert "'default'" in body["message"] and "\n" not in body["message"]  # names the real ones
+    # the collection exists and nothing matched: that stays an empty answer
+    assert nothing_matched.status_code == 200 and nothing_matched.json() == {"hits": []}
+    assert document.status_code == 404 and "no collection 'defualt'" in document.json()["message"]
+    assert runs.status_code == 404
+    assert collections.status_code == 200
+    assert collections.json() == {"default": "default", "collections": ["default"]}
 
 
 def test_openapi_states_the_limits_and_the_docs_page_serves(server: Served) -> None:
@@ -310,7 +427,9 @@ def test_openapi_states_the_limits_and_the_docs_page_serves(server: Served) -> N
     assert schema.status_code == 200 and docs.status_code == 200
     assert "swagger" in docs.text.lower()
     spec = schema.json()
-    assert {"/health", "/stats", "/search", "/documents", "/documents/{document_id}"} <= set(spec["paths"])
+    assert {"/health", "/stats", "/search", "/documents", "/documents/{document_id}", "/locate", "/runs",
+            "/collections"} <= set(spec["paths"])
+    assert "/" not in spec["paths"]  # the page is HTML, not part of the API
     props = spec["components"]["schemas"]["SearchRequest"]["properties"]
     assert props["query"]["maxLength"] == 4096
     assert {"type": "integer", "minimum": 1, "maximum": 100} in props["k"]["anyOf"]
@@ -452,6 +571,126 @@ def test_slow_request_gets_504(indexed_db: str, tmp_path: Path) -> None:
     assert response.json()["error"] == "timeout" and "request_timeout" in response.json()["message"]
     assert keyword.status_code == 200  # no embedding needed: the pool was not stuck
     assert code == 0
+
+
+def wait_until(condition: Any, what: str) -> None:
+    """Wait for a readiness signal another thread or process gives (bounded, not a threshold)."""
+    deadline = time.monotonic() + 60
+    while not condition():
+        assert time.monotonic() < deadline, f"never happened: {what}"
+        time.sleep(0.01)
+
+
+def test_a_stalled_embedder_leaves_the_database_requests_answering(indexed_db: str, tmp_path: Path) -> None:
+    """One slot for searches that embed (pool of 2, one connection kept), four may queue, the
+    sixth is refused at once; keyword searches, /stats and documents answer meanwhile."""
+    with FakeEmbeddingServer(dim=64) as stalled:
+        stalled.slow_seconds = 3600  # only stop() ends the stall
+        served = Served(clean_env(RAGPG_DATABASE_URL=indexed_db, RAGPG_EMBEDDING_URL=stalled.url,
+                                  RAGPG_DATABASE_POOL_SIZE="2", RAGPG_SERVER_REQUEST_TIMEOUT="600",
+                                  RAGPG_EMBEDDING_TIMEOUT="600", RAGPG_EMBEDDING_DEADLINE="600",
+                                  RAGPG_EMBEDDING_ATTEMPTS="1"), tmp_path)
+        answers: queue.Queue[tuple[str, int, dict[str, Any]]] = queue.Queue()
+
+        def hybrid(name: str) -> None:
+            with served.client() as client:
+                response = client.post("/search", json={"query": QUERY, "mode": "hybrid"})
+                answers.put((name, response.status_code, response.json()))
+
+        threads = [threading.Thread(target=hybrid, args=(f"h{i}",)) for i in range(6)]
+        try:
+            stalled.fault = "slow"
+            stalled.reset_counters()
+            threads[0].start()
+            wait_until(lambda: stalled.calls == 1, "the first hybrid search reached the embedder")
+            for t in threads[1:]:
+                t.start()
+            name, status, body = answers.get(timeout=120)  # the four queued ones cannot answer yet
+            assert status == 503, (name, body)
+            assert body["error"] == "embedding_busy" and "keyword" in body["message"], body
+            assert "\n" not in body["message"]
+            with served.client() as client:
+                keyword = client.post("/search", json={"query": QUERY, "mode": "keyword"})
+                stats = client.get("/stats")
+                document = client.get("/documents", params={"path": "fr/admin/sauvegardes.md"})
+                runs = client.get("/runs")
+            assert keyword.status_code == 200 and keyword.json()["hits"], keyword.text
+            assert stats.status_code == 200 and stats.json()["documents"] > 0
+            assert document.status_code == 200 and runs.status_code == 200
+            assert stalled.calls == 1  # the queued searches wait without calling the embedder
+            assert answers.empty()
+        finally:
+            stalled.stop()  # the stalled call fails, the queued ones follow it, one at a time
+            for t in threads:
+                if t.is_alive() or t.ident is not None:
+                    t.join()
+            code = served.stop()
+    statuses = [answers.get_nowait()[1] for _ in range(answers.qsize())]
+    assert len(statuses) == 5 and all(s in (502, 503) for s in statuses), statuses
+    assert code == 0
+
+
+# -- the gate, on its own ------------------------------------------------------------------------
+
+
+def test_the_gate_hands_a_freed_slot_to_the_first_waiter_and_refuses_beyond_its_queue() -> None:
+    from rag_pg.serve.gate import Busy, ModelGate
+
+    async def main() -> None:
+        gate = ModelGate(slots=1, queue=1)
+        release_a = await gate.acquire()
+        got: list[str] = []
+
+        async def second() -> None:
+            release = await gate.acquire()
+            got.append("b")
+            release()
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(second)
+            while gate.waiting == 0:  # b is queued
+                await anyio.sleep(0)
+            with pytest.raises(Busy, match="max_embedding_calls|keyword"):
+                await gate.acquire()
+            assert got == [] and gate.busy == 1
+            await anyio.to_thread.run_sync(release_a)  # a worker thread gives the slot back
+            release_a()  # a second call gives nothing back twice
+        assert got == ["b"]
+        await anyio.sleep(0)
+        assert gate.busy == 0 and gate.waiting == 0
+
+    anyio.run(main)
+
+
+def test_a_cancelled_waiter_and_a_request_that_times_out_give_their_place_back() -> None:
+    from rag_pg.serve.gate import ModelGate
+    from rag_pg.serve.rules import Limits, RequestTimeout, call_limited
+
+    async def main() -> None:
+        gate = ModelGate(slots=1, queue=2)
+        release_a = await gate.acquire()
+        with anyio.move_on_after(0):  # cancelled while queued
+            await gate.acquire()
+        assert gate.waiting == 0 and gate.busy == 1
+        # a request that times out in the queue never runs, and leaves nothing held
+        ran: list[int] = []
+        with pytest.raises(RequestTimeout):
+            await call_limited(lambda: ran.append(1), Limits(request_timeout=0.01), gate)
+        assert ran == [] and gate.waiting == 0
+        release_a()
+        await anyio.sleep(0)
+        assert gate.busy == 0
+        # a call that fails gives its slot back too
+        def boom() -> None:
+            raise ValueError("boom")
+
+        with pytest.raises(ValueError):
+            await call_limited(boom, Limits(), gate)
+        await anyio.sleep(0)
+        assert gate.busy == 0
+        assert await call_limited(lambda: 42, Limits(), gate) == 42
+
+    anyio.run(main)
 
 
 def test_logs_are_json_lines_without_secrets(server: Served, indexed_db: str) -> None:

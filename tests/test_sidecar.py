@@ -17,10 +17,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rag_pg import RagPG, Settings
-from rag_pg.sidecar import SUFFIX, float_text, parse_sidecar
-from rag_pg.sidecar_store import export_sidecars, import_sidecars
+from rag_pg.markdown import PARSER_VERSION
+from rag_pg.models import SkippedFile
 from rag_pg.store import Store
 from rag_pg.testing.embedserver import FakeEmbeddingServer
+from rag_pg.tree.sidecar import SUFFIX, float_text, parse_sidecar
+from rag_pg.tree.sidecar_export import export_sidecars
+from rag_pg.tree.sidecar_import import import_sidecars
 from rag_pg.walk import walk
 
 from .conftest import drop_database, new_database, run_cli
@@ -166,6 +169,9 @@ def test_sidecar_layout_follows_the_seed(db_url, embed_server, book):
         "language": "french",
         "chunk_size": 300,
         "chunk_overlap": 45,
+        "chunk_max_tokens": "auto",
+        "anchor_style": "github",
+        "parser": PARSER_VERSION,
     }
     assert list(manifest) == list(manifest.keys())  # parsed in file order
     assert lines[0].startswith('{"type": "manifest", "source_file": ')
@@ -230,11 +236,13 @@ def test_unchanged_sidecars_are_skipped_and_ingest_then_embeds_nothing(db_url, s
 
 def test_the_walker_never_takes_a_sidecar_for_a_document(db_url, embed_server, book):
     ingest_and_export(db_url, embed_server, book)
-    paths = [item.path for item in walk(book)]
+    # The walker counts what it does not index (README.txt, the sidecars) as not_markdown.
+    paths = [item.path for item in walk(book) if not isinstance(item, SkippedFile)]
     assert len(paths) == DOCUMENTS and not [p for p in paths if p.endswith(SUFFIX)]
     with RagPG(db_url, settings_for(embed_server.url)) as rag:
         report = rag.ingest(book, full=True)
-    assert report.documents_seen == DOCUMENTS and report.files_skipped == {}
+    assert report.documents_seen == DOCUMENTS and set(report.files_skipped) <= {"not_markdown"}
+    assert report.failures == []
 
 
 def test_a_broken_sidecar_fails_alone_and_keeps_the_stored_version(db_url, second_db, embed_server, book):
@@ -254,7 +262,7 @@ def test_a_broken_sidecar_fails_alone_and_keeps_the_stored_version(db_url, secon
         (LUMIERE, "invalid_sidecar"), ("orphan.md", "orphan_sidecar")]
     assert "line 2: embedding must be a list of 64 numbers" in [
         f.error for f in report.failures if f.path == LUMIERE][0]
-    assert report.files_skipped == {"no_sidecar": 1}
+    assert {k: v for k, v in report.files_skipped.items() if k != "not_markdown"} == {"no_sidecar": 1}
     assert vectors(second_db) == before and violations(second_db) == []
 
 
@@ -330,3 +338,30 @@ def test_parse_sidecar_checks_the_shape():
         with pytest.raises(Exception, match=message) as caught:
             parse_sidecar(data)
         assert getattr(caught.value, "kind", None) == "invalid_sidecar"
+
+
+def test_every_error_of_the_tree_and_rerank_is_a_rag_error():
+    from rag_pg.errors import LLMError, RagError, RerankError, SidecarError
+
+    assert all(issubclass(cls, RagError) for cls in (LLMError, RerankError, SidecarError))
+
+
+def test_an_import_records_the_chunking_that_made_the_sidecar(db_url, second_db, embed_server, book):
+    """Sidecars exported with a token cap and mkdocs anchors: the imported documents carry that
+    fingerprint, so an ingest with those settings skips them all and one with the defaults
+    (other chunks, other anchors) re-chunks every one instead of keeping stale chunks."""
+    shaped = {"chunk.max_tokens": 400, "source.anchor_style": "mkdocs"}
+    with RagPG(db_url, settings_for(embed_server.url, **shaped)) as rag:
+        assert rag.ingest(book).failures == []
+        assert export_sidecars(rag, book).failures == []
+    manifest = json.loads((book / (LUMIERE + SUFFIX)).read_text(encoding="utf-8").splitlines()[0])
+    assert (manifest["chunk_max_tokens"], manifest["anchor_style"]) == (400, "mkdocs")
+    with RagPG(second_db, settings_for(dead_url())) as rag:  # defaults; no embedding service
+        imported = import_sidecars(rag, book)
+        assert imported.failures == [] and imported.documents_indexed > 0
+    with RagPG(second_db, settings_for(embed_server.url, **shaped)) as rag:
+        same = rag.ingest(book)
+    assert same.documents_indexed == 0 and same.documents_skipped == imported.documents_indexed
+    with RagPG(second_db, settings_for(embed_server.url)) as rag:
+        other = rag.ingest(book)
+    assert other.documents_indexed == imported.documents_indexed  # nothing kept stale

@@ -12,12 +12,12 @@ import psycopg
 import pytest
 
 from rag_pg import RagPG, Settings
-from rag_pg.errors import ConfigError
-from rag_pg.hierarchy import missing_parents
-from rag_pg.llm import ChatClient, LLMError
+from rag_pg.errors import ConfigError, LLMError
 from rag_pg.parse import parse_document
-from rag_pg.summarize import summarize
 from rag_pg.testing.chatserver import FakeChatServer, default_reply
+from rag_pg.tree.hierarchy import missing_parents
+from rag_pg.tree.llm import ChatClient
+from rag_pg.tree.summarize import summarize
 
 from .conftest import run_cli
 from .test_hierarchy import EXPECTED

@@ -7,6 +7,7 @@ import os
 import shutil
 import socket
 import stat
+import subprocess
 import tempfile
 import unicodedata
 from collections.abc import Iterator
@@ -17,17 +18,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rag_pg.confined_read import read_limited
 from rag_pg.errors import ConfigError
 from rag_pg.models import SkippedFile
-from rag_pg.walk import (
-    SourceFile,
-    WalkRules,
-    _read_limited,
-    governance_reason,
-    is_markdown_name,
-    load_aiignore,
-    walk,
-)
+from rag_pg.walk import SourceFile, WalkRules, is_markdown_name, walk
+from rag_pg.walk_rules import governance_reason, load_aiignore
 
 CANARY = "CANARY-4f1d-must-never-be-read"
 
@@ -43,12 +38,19 @@ def make(root: Path, files: dict[str, str | bytes]) -> Path:
     return root
 
 
-def outcome(root: Path, rules: WalkRules | None = None) -> dict[str, str]:
-    """path → 'ok' or the skip reason, for every Markdown file the walk reports."""
+UNCOUNTED = ("not_markdown", "vcs")
+
+
+def outcome(
+    root: Path, rules: WalkRules | None = None, hide: tuple[str, ...] = UNCOUNTED
+) -> dict[str, str]:
+    """path → 'ok' or the skip reason, for every entry the walk reports (less ``hide``)."""
     result: dict[str, str] = {}
     for item in walk(root, rules or WalkRules()):
         assert item.path not in result, f"{item.path} reported twice"
-        result[item.path] = "ok" if isinstance(item, SourceFile) else item.reason
+        reason = "ok" if isinstance(item, SourceFile) else item.reason
+        if reason not in hide:
+            result[item.path] = reason
     return result
 
 
@@ -83,7 +85,8 @@ def root(tmp_path: Path) -> Path:
         ("c.MarkDown", True),
         (".hidden.md", True),
         ("x.md.jsonl", False),
-        ("x.mdx", False),
+        ("x.mdx", True),
+        ("x.MDX", True),
         ("md", False),
         (".md", False),
         ("notes.txt", False),
@@ -155,12 +158,12 @@ def test_read_stops_once_a_growing_file_passes_the_limit() -> None:
     try:
         os.write(write_end, b"z" * 300)
         os.close(write_end)
-        assert _read_limited(read_end, 100) is None
+        assert read_limited(read_end, 100) is None
     finally:
         os.close(read_end)
 
 
-def test_non_markdown_files_and_vcs_folders_are_silent(root: Path) -> None:
+def test_non_markdown_files_and_vcs_folders_are_counted(root: Path) -> None:
     make(
         root,
         {
@@ -175,7 +178,17 @@ def test_non_markdown_files_and_vcs_folders_are_silent(root: Path) -> None:
             ".gitignore": "*",
         },
     )
-    assert outcome(root) == {".github/d.md": "ok", "keep.md": "ok"}
+    assert outcome(root, hide=()) == {
+        ".git/": "vcs",
+        ".github/d.md": "ok",
+        ".gitignore": "not_markdown",
+        ".hg/": "vcs",
+        ".svn/": "vcs",
+        "keep.md": "ok",
+        "notes.txt": "not_markdown",
+        "sub/.git/": "vcs",
+        "x.md.jsonl": "not_markdown",
+    }
 
 
 def test_order_is_sorted_per_directory(root: Path) -> None:
@@ -492,9 +505,42 @@ def reference_reason(
         return "excluded_path"
     if included and not any(covered(prefix) for prefix in included):
         return "not_included"
-    if patterns is not None and pathspec.GitIgnoreSpec.from_lines(patterns).match_file(path):
+    if patterns is not None and path in git_ignored(patterns, [path]):
         return "aiignore"
     return None
+
+
+_GIT_REPOSITORY: list[Path] = []
+
+
+def git_ignored(patterns: list[str], paths: list[str]) -> set[str]:
+    """The paths git itself ignores under these patterns: ``git check-ignore`` as the reference."""
+    git = shutil.which("git")
+    if git is None:
+        pytest.skip("git is not installed: gitignore semantics need git as their reference")
+    if not _GIT_REPOSITORY:
+        folder = Path(tempfile.mkdtemp(prefix="ragpg-gitignore-"))
+        subprocess.run([git, "init", "-q", str(folder)], check=True)
+        _GIT_REPOSITORY.append(folder)
+    repository = _GIT_REPOSITORY[0]
+    (repository / ".gitignore").write_text("\n".join(patterns) + "\n", encoding="utf-8")
+    result = subprocess.run(
+        [git, "-c", "core.excludesFile=/dev/null", "check-ignore", "--no-index", "--stdin",
+         "-z", "-v", "-n"],
+        cwd=repository,
+        input="\0".join(paths) + "\0",
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode in (0, 1), result.stderr
+    fields = result.stdout.split("\0")
+    ignored: set[str] = set()
+    for index in range(0, len(fields) - 3, 4):
+        pattern, path = fields[index + 2], fields[index + 3]
+        if pattern and not pattern.startswith("!"):
+            ignored.add(path)
+    return ignored
 
 
 @given(
@@ -571,7 +617,11 @@ def test_symlinked_directory_outside_is_not_descended(
     make(root, {"a.md": "inside"})
     (root / "ext").symlink_to(outside)
     (root / "ext2").symlink_to(outside / "sub")
-    assert outcome(root, WalkRules(follow_symlinks=follow)) == {"a.md": "ok"}
+    assert outcome(root, WalkRules(follow_symlinks=follow)) == {
+        "a.md": "ok",
+        "ext/": "symlink",
+        "ext2/": "symlink",
+    }
     assert CANARY.encode() not in read_everything(root, WalkRules(follow_symlinks=follow))
 
 
@@ -579,7 +629,12 @@ def test_symlinks_inside_the_root_are_skipped_by_default(root: Path) -> None:
     make(root, {"a.md": "x", "dir/b.md": "y"})
     (root / "alias.md").symlink_to("a.md")
     (root / "dirlink").symlink_to("dir")
-    assert outcome(root) == {"a.md": "ok", "alias.md": "symlink", "dir/b.md": "ok"}
+    assert outcome(root) == {
+        "a.md": "ok",
+        "alias.md": "symlink",
+        "dir/b.md": "ok",
+        "dirlink/": "symlink",  # counted, not silently passed over
+    }
 
 
 def test_followed_symlinks_inside_the_root_are_read_under_their_own_path(root: Path) -> None:
@@ -610,7 +665,9 @@ def test_symlink_loops_terminate(root: Path, follow: bool) -> None:
         "dangling.md": "symlink",
         "ping.md": "symlink",
         "pong.md": "symlink",
+        "self/": "symlink",
         "sub/b.md": "ok",
+        "sub/up/": "symlink",
     }
 
 
@@ -755,3 +812,98 @@ def test_abandoned_walk_closes_its_descriptors(root: Path) -> None:
     assert len(os.listdir("/proc/self/fd")) > before
     iterator.close()  # type: ignore[attr-defined]
     assert len(os.listdir("/proc/self/fd")) == before
+
+
+# --- gitignore's parent rule, hard links, MDX ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("patterns", "path", "expected"),
+    [
+        (["private/", "!private/keepme.md"], "private/keepme.md", "aiignore"),
+        (["private", "!private/keepme.md"], "private/keepme.md", "aiignore"),
+        (["private/", "!private/keepme.md"], "private/sub/keepme.md", "aiignore"),
+        (["**/private/", "!**/keepme.md"], "a/private/keepme.md", "aiignore"),
+        # ``dir/**`` matches what the directory holds, not the directory: re-included
+        (["private/**", "!private/keepme.md"], "private/keepme.md", None),
+        (["*.md", "!keepme.md"], "keepme.md", None),
+        (["private/", "!private/"], "private/keepme.md", None),
+    ],
+)
+def test_aiignore_cannot_reinclude_a_file_under_an_excluded_directory(
+    root: Path, patterns: list[str], path: str, expected: str | None
+) -> None:
+    make(root, {".aiignore": "\n".join(patterns) + "\n", path: "x"})
+    spec = load_aiignore(root)
+    assert spec is not None
+    assert governance_reason(path, WalkRules(), spec) == expected
+    assert (expected == "aiignore") is (path in git_ignored(patterns, [path]))
+    assert outcome(root) == {path: expected or "ok"}
+
+
+def test_hard_link_is_refused_unless_allowed(root: Path, outside: Path) -> None:
+    make(root, {"a.md": "plain"})
+    os.link(outside / "secret.md", root / "smuggled.md")
+    assert outcome(root) == {"a.md": "ok", "smuggled.md": "hardlink"}
+    assert CANARY.encode() not in read_everything(root, WalkRules())
+    allowed = WalkRules(read_hardlinks=True)
+    assert outcome(root, allowed) == {"a.md": "ok", "smuggled.md": "ok"}
+
+
+def test_mdx_pages_are_indexed(root: Path) -> None:
+    make(root, {"page.mdx": "# Page\n", "notes.MDX": "x", "image.png": b"\x89PNG"})
+    assert outcome(root, hide=()) == {
+        "image.png": "not_markdown",
+        "notes.MDX": "ok",
+        "page.mdx": "ok",
+    }
+
+
+# -- documents to convert ------------------------------------------------------------------------
+
+
+PDF_BYTES = b"%PDF-1.4\n\x00\x01binary\xff\n%%EOF\n"
+
+
+def test_formats_yield_raw_bytes_to_convert_and_name_what_is_not_read(tmp_path):
+    root = make(tmp_path, {
+        "a.md": "# A\n\ntexte\n", "b.mdx": "# B\n\ntexte\n", "m.pdf": PDF_BYTES,
+        "w.docx": b"PK\x03\x04", "empty.pdf": b"", "notes.txt": "x", "old/x.pdf": PDF_BYTES,
+    })
+    rules = WalkRules(excluded_paths=("old",), formats=frozenset({".md", ".markdown", ".pdf"}))
+    items = {item.path: item for item in walk(root, rules)}
+    pdf = items["m.pdf"]
+    assert isinstance(pdf, SourceFile) and (pdf.kind, pdf.data, pdf.text) == ("convert", PDF_BYTES, "")
+    assert outcome(root, rules, hide=()) == {
+        "a.md": "ok", "b.mdx": "ok", "m.pdf": "ok", "empty.pdf": "empty",
+        "w.docx": "unsupported_format",  # a format ragpg reads, not asked for
+        "notes.txt": "not_markdown",  # no format at all
+        "old/x.pdf": "excluded_path",  # governance first
+    }
+    assert [i.kind for i in items.values() if isinstance(i, SourceFile) and i.path.endswith("md")] == [
+        "markdown"]
+
+
+def test_formats_without_markdown_skip_it_as_unsupported(tmp_path):
+    root = make(tmp_path, {"a.md": "# A\n\nx\n", "m.pdf": PDF_BYTES})
+    assert outcome(root, WalkRules(formats=frozenset({".pdf"})), hide=()) == {
+        "a.md": "unsupported_format", "m.pdf": "ok"}
+
+
+def test_documents_have_their_own_size_limit(tmp_path):
+    root = make(tmp_path, {"big.pdf": PDF_BYTES * 10, "big.md": "# x\n\n" + "mot " * 100})
+    rules = WalkRules(max_file_bytes=len(PDF_BYTES) * 20, max_document_bytes=len(PDF_BYTES) * 5,
+                      formats=frozenset({".md", ".pdf"}))
+    assert outcome(root, rules, hide=()) == {"big.pdf": "too_large", "big.md": "ok"}
+    with pytest.raises(ConfigError, match="max_document_bytes"):
+        WalkRules(max_document_bytes=0)
+
+
+def test_a_followed_link_to_a_document_is_read_as_bytes(tmp_path):
+    root = make(tmp_path, {"real/m.pdf": PDF_BYTES})
+    (root / "link.pdf").symlink_to(root / "real" / "m.pdf")
+    rules = WalkRules(follow_symlinks=True, formats=frozenset({".md", ".pdf"}))
+    items = {item.path: item for item in walk(root, rules)}
+    link = items["link.pdf"]
+    assert isinstance(link, SourceFile) and (link.kind, link.data) == ("convert", PDF_BYTES)
+    assert outcome(root, WalkRules(formats=frozenset({".md", ".pdf"})), hide=())["link.pdf"] == "symlink"

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import importlib
-import os
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rag_pg.config import EMBEDDING_PROVIDERS, EmbeddingSettings
+from rag_pg.config.loader import environment
 from rag_pg.embed.base import (
     EMBED_TYPES,
     EmbeddingProvider,
@@ -18,27 +17,11 @@ from rag_pg.embed.base import (
 )
 from rag_pg.embed.batching import embed_all, plan_batches
 from rag_pg.embed.chain import ChainUnavailable, EmbeddingChain, serving
+from rag_pg.embed.http import HttpEmbeddingProvider
 from rag_pg.embed.local import LOCAL_DIMENSION, LOCAL_MODEL, LocalEmbeddingProvider
 from rag_pg.embed.none import NoneEmbeddingProvider
+from rag_pg.embed.remote import OllamaEmbeddingProvider, OpenAIEmbeddingProvider
 from rag_pg.errors import ConfigError
-
-if TYPE_CHECKING:
-    from rag_pg.embed.http import HttpEmbeddingProvider
-    from rag_pg.embed.remote import OllamaEmbeddingProvider, OpenAIEmbeddingProvider
-
-# The HTTP-based providers import httpx (~0.1 s): loaded when first named or built, so that a
-# process that never calls a service (a no-change re-ingest, a keyword search) does not pay.
-_LAZY = {
-    "HttpEmbeddingProvider": "rag_pg.embed.http",
-    "OllamaEmbeddingProvider": "rag_pg.embed.remote",
-    "OpenAIEmbeddingProvider": "rag_pg.embed.remote",
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
     "ChainUnavailable",
@@ -82,7 +65,7 @@ def make_provider(
     telling ``warn`` why, so a new user always gets a working (if keyword-only) index.
     ``environ`` (default: the process environment) is read only for ``api_key_env``.
     """
-    env = os.environ if environ is None else environ
+    env = environment() if environ is None else environ
     if not settings.providers:
         single = _make_one(settings, "embedding", warn=warn, environ=env, auto_none=True)
         if single.kind in ("local", "none"):
@@ -110,29 +93,23 @@ def _make_one(
     environ: Mapping[str, str],
     auto_none: bool,
 ) -> EmbeddingProvider:
-    """One provider from one table of settings (``name`` says which table, for messages)."""
-    if settings.batch_size <= 0:
-        raise ConfigError(f"{name}.batch_size must be positive, got {settings.batch_size}")
+    """One provider from one table of settings (``name`` says which table, for messages).
+
+    The settings checked their own bounds when they were built; what is left here is what
+    depends on the provider that ``auto`` resolves to.
+    """
     kind = settings.provider
-    if kind is not None and kind not in PROVIDER_KINDS:
-        raise ConfigError(
-            f"{name}.provider must be one of {', '.join(PROVIDER_KINDS)} (got {kind!r})"
-        )
     if kind is None:
         kind = "http" if settings.url else None
     if kind not in ("openai", "ollama") and (settings.query_prefix or settings.passage_prefix):
         raise ConfigError(
-            f"{name}.query_prefix/passage_prefix apply to openai and ollama only: the seed-000"
-            " service and the local model add the e5 prefixes themselves"
+            f"{name}.query_prefix/passage_prefix apply to openai and ollama only: a service"
+            " speaking ragpg's /embed and the local model add the e5 prefixes themselves"
         )
-    if settings.send_dimensions and kind != "openai":
-        raise ConfigError(f"{name}.send_dimensions applies to provider = openai only")
     api_key = _api_key(settings, name, environ)
     if kind == "http":
         if not settings.url:
             raise ConfigError(f"{name}.provider = http needs {name}.url")
-        from rag_pg.embed.http import HttpEmbeddingProvider
-
         return HttpEmbeddingProvider(
             settings.url,
             model=settings.model,
@@ -142,21 +119,20 @@ def _make_one(
             api_key=api_key,
         )
     if kind in ("openai", "ollama"):
-        from rag_pg.embed.remote import OllamaEmbeddingProvider, OpenAIEmbeddingProvider
-
-        cls = OpenAIEmbeddingProvider if kind == "openai" else OllamaEmbeddingProvider
-        extra = {"send_dimensions": settings.send_dimensions} if kind == "openai" else {}
-        return cls(
-            settings.url,
-            model=settings.model,
-            dimension=settings.dimension,
-            query_prefix=settings.query_prefix,
-            passage_prefix=settings.passage_prefix,
-            timeout=settings.timeout,
-            batch_size=settings.batch_size,
-            api_key=api_key,
-            **extra,
-        )
+        common: dict[str, Any] = {
+            "model": settings.model,
+            "dimension": settings.dimension,
+            "query_prefix": settings.query_prefix,
+            "passage_prefix": settings.passage_prefix,
+            "timeout": settings.timeout,
+            "batch_size": settings.batch_size,
+            "api_key": api_key,
+        }
+        if kind == "openai":
+            return OpenAIEmbeddingProvider(
+                settings.url, send_dimensions=settings.send_dimensions, **common
+            )
+        return OllamaEmbeddingProvider(settings.url, **common)
     if kind == "none":
         return NoneEmbeddingProvider()
     if kind == "local":

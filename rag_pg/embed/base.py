@@ -96,7 +96,7 @@ def time_left(timeout: float) -> float:
 
 
 def check_request(type: str, texts: Sequence[str]) -> None:
-    """Refuse bad input locally, so a doomed request is never sent (seed 000)."""
+    """Refuse bad input locally, so a doomed request is never sent."""
     if type not in EMBED_TYPES:
         raise EmbeddingError.invalid_input(
             f"unknown embedding type {type!r}: expected 'query' or 'passage'"
@@ -119,7 +119,7 @@ def check_request(type: str, texts: Sequence[str]) -> None:
 def validate_vectors(raw: object, *, count: int, dimension: int | None) -> npt.NDArray[np.float32]:
     """Return ``raw`` as a float32 (count, dim) array, or raise malformed before anything is stored.
 
-    Every check guards invariant I2 (no NULL, empty, wrong-length, non-finite or zero-norm
+    Every check guards what the index relies on (no NULL, empty, wrong-length, non-finite or zero-norm
     vector ever reaches the database): a model or service is never trusted blindly. A row
     may be a list of numbers or a base64 string of little-endian float32 (``/embed`` with
     ``"encoding": "base64"``); both go through the same checks.

@@ -1,4 +1,4 @@
-"""The provider chain (seed 002): retries with backoff, cooldowns, a deadline, same-model fallbacks.
+"""The provider chain: retries with backoff, cooldowns, a deadline, same-model fallbacks.
 
 How one batch is served::
 
@@ -42,11 +42,14 @@ class Link:
     position: int
     cooling_until: float = 0.0
     failures: int = 0  # consecutive exhausted batches
+    last_error: str = ""  # why it last failed: said while it cools down
     lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def name(self) -> str:
         return f"provider {self.position} ({self.provider.kind})"
+
+    served: tuple[str, int] | None = None  # what a one-model service said it serves
 
     def known(self) -> tuple[str | None, int | None]:
         """Model and dimension known without a request: configured, or fixed (local)."""
@@ -54,8 +57,22 @@ class Link:
             return self.provider.model, self.provider.dimension
         return self.settings.model, self.settings.dimension
 
+    @property
+    def fixed_service(self) -> bool:
+        """A fallback on ragpg's own /embed contract: such a service serves one model whatever
+        the configuration names (a fallback inherits ``embedding.model``), and only its
+        /health says which. (The first provider's answers are checked against the model
+        as they come: a mismatch there is the configuration's error, said as such.)"""
+        return self.provider.kind == "http" and self.position > 1
+
     def learn(self) -> tuple[str | None, int | None]:
-        """Model and dimension, asking the service when the configuration does not say."""
+        """Model and dimension, asking the service when the configuration does not say (and
+        always a one-model service, once)."""
+        if self.fixed_service:
+            if self.served is None:
+                answer = self.provider.health()
+                self.served = (str(answer["model"]), int(answer["dim"]))
+            return self.served
         model, dimension = self.known()
         if model is None:
             model = self.provider.model
@@ -74,7 +91,7 @@ class EmbeddingChain:
     Its model and dimension (its *identity*) are those of the first provider, from the
     configuration when it says them, else asked of the providers in order. A provider of
     another model never serves: a fallback must produce vectors comparable with the
-    collection's, or the batch fails with a message that says why (seeds 002, 004).
+    collection's, or the batch fails with a message that says why.
     Thread-safe: the ingest keeps several batches in flight through one chain.
     """
 
@@ -86,6 +103,7 @@ class EmbeddingChain:
         expect: Identity | None = None,
         sleep: Callable[[float], None] = time.sleep,
         rng: random.Random | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not links:
             raise ValueError("an embedding chain needs at least one provider")
@@ -97,7 +115,9 @@ class EmbeddingChain:
         self.kind = self.links[0].provider.kind
         self._expect = expect
         self._sleep = sleep  # tests record the waits instead of sleeping
-        self._clock = time.monotonic  # the same clock as every call deadline (base.time_left)
+        # Deadlines are handed to the providers, which read time.monotonic (base.time_left): a
+        # clock given here (tests move it forward) must never run behind that one.
+        self._clock = clock
         self._rng = rng or random.Random()
         self._lock = threading.Lock()
         self._identity: Identity | None = expect if expect and expect[1] is not None else None
@@ -219,15 +239,19 @@ class EmbeddingChain:
         if self._expect is not None:
             model: str | None = self._expect[0]
         else:
-            model = self.links[0].known()[0]
-            for link in self.links if model is None else []:
+            # No model configured: the chain's model is its first provider's. A fallback's is
+            # no stand-in while the first is down: it may be another model, and adopting it
+            # would read as "the configured model changed" (an ingest refused, `reembed` advised).
+            first = self.links[0]
+            model = first.known()[0]
+            if model is None:
                 try:
-                    model = self._learn(link, deadline)[0]
+                    model = self._learn(first, deadline)[0]
                 except EmbeddingError as exc:
-                    reasons.append(f"{link.name}: {_one_line(exc)}")
-                    continue
-                if model is not None:
-                    break
+                    reasons.append(f"{first.name}: {_one_line(exc)}")
+                    if len(self.links) > 1:
+                        reasons.append("no embedding.model is configured, so no fallback can"
+                                       " stand in for the first provider's model")
         if model is None:
             raise self._exhausted(reasons or ["no provider says which model it serves"])
         candidates = [link for link in self.links if link.known()[0] in (None, model)]
@@ -242,6 +266,8 @@ class EmbeddingChain:
                 continue
             if learned_model == model and learned_dim is not None:
                 return model, learned_dim
+            if learned_model != model:
+                reasons.append(f"{link.name} serves {learned_model!r}, not {model!r}: not used")
         if reasons:
             raise self._exhausted(reasons)
         return model, None
@@ -254,7 +280,7 @@ class EmbeddingChain:
         with link.lock:
             cooling = link.cooling_until - now
         if cooling > 0:
-            return f"{link.name} cools down for {cooling:.1f}s after repeated failures"
+            return f"{link.name} cools down for {cooling:.1f}s after repeated failures{_last(link)}"
         configured = link.known()[0]
         if configured is not None and configured != model:
             return (
@@ -264,7 +290,7 @@ class EmbeddingChain:
         try:
             served, served_dim = self._learn(link, time.monotonic() + self.deadline)
         except EmbeddingError as exc:  # its /health is down or garbled: it cannot serve now
-            self._failed(link, getattr(exc, "retry_after", None))
+            self._failed(link, getattr(exc, "retry_after", None), _one_line(exc))
             return f"{link.name}: {_one_line(exc)}"
         if served != model or (dimension is not None and served_dim not in (None, dimension)):
             return (
@@ -298,7 +324,7 @@ class EmbeddingChain:
             if self._clock() + delay >= deadline:
                 break  # waiting would overrun the batch's deadline: next provider now
             self._sleep(delay)
-        self._failed(link, last.retry_after)
+        self._failed(link, last.retry_after, _one_line(last))
         took = self._clock() - started
         raise ProviderUnavailable(
             f"{_one_line(last)} ({attempt} attempt{'s' if attempt > 1 else ''} in {took:.1f}s)",
@@ -308,11 +334,13 @@ class EmbeddingChain:
     def _learn(self, link: Link, deadline: float) -> tuple[str | None, int | None]:
         """The link's model and dimension; asking the service is retried like an embed."""
         known = link.known()
-        if known[0] is not None and known[1] is not None:
+        if known[0] is not None and known[1] is not None and not link.fixed_service:
             return known
+        if link.served is not None:
+            return link.served
         with link.lock:
             if link.cooling_until > self._clock():
-                raise ProviderUnavailable(f"{link.name} cools down after repeated failures")
+                raise ProviderUnavailable(f"cools down after repeated failures{_last(link)}")
         return self._attempts(link, link.learn, deadline)
 
     def _backoff(self, settings: EmbeddingSettings, attempt: int) -> float:
@@ -320,9 +348,10 @@ class EmbeddingChain:
         step = min(settings.backoff_max, settings.backoff * 2.0 ** (attempt - 1))
         return step / 2 + self._rng.uniform(0, step / 2)
 
-    def _failed(self, link: Link, retry_after: float | None) -> None:
+    def _failed(self, link: Link, retry_after: float | None, reason: str) -> None:
         with link.lock:
             link.failures += 1
+            link.last_error = reason
             pause = max(link.settings.cooldown, retry_after or 0.0)
             link.cooling_until = max(link.cooling_until, self._clock() + pause)
 
@@ -351,6 +380,10 @@ def serving(
     if dimension is not None and provider.dimension not in (None, dimension):
         return None
     return provider
+
+
+def _last(link: Link) -> str:
+    return f" (last: {link.last_error})" if link.last_error else ""
 
 
 def _one_line(exc: BaseException) -> str:

@@ -1,4 +1,4 @@
-"""The HTTP embedding provider: the seed-000 contract (GET /health, POST /embed) over httpx."""
+"""The HTTP embedding provider: ragpg's own embedding contract (GET /health, POST /embed)."""
 
 from __future__ import annotations
 
@@ -27,12 +27,12 @@ __all__ = ["HttpEmbeddingProvider", "parse_service_url", "redact_url"]
 
 
 class HttpEmbeddingProvider(JsonService):
-    """Calls a remote embedding service speaking the seed-000 contract.
+    """Calls a remote embedding service speaking ragpg's contract (``GET /health``, ``POST /embed``).
 
     The transport (one shared client, no redirects, capped and deadline-bound bodies,
     scrubbed messages) comes from :class:`JsonService`; this class adds the contract: the
     model and dimension learned from /health or the first answer, and every answer checked
-    against them so a model switch behind the URL can never mix vectors (B4).
+    against them so a model switch behind the URL can never mix vectors in one index.
     """
 
     kind = "http"
@@ -167,7 +167,7 @@ class HttpEmbeddingProvider(JsonService):
         return vectors
 
     def _check_model(self, model: str) -> None:
-        """A model switch would mix incomparable vectors in one index (B4): refuse it."""
+        """A model switch would mix incomparable vectors in one index: refuse it."""
         if self._model is not None:
             if model != self._model:
                 raise self._malformed(

@@ -28,13 +28,10 @@ class _NamedModelService(JsonService):
 
     The dimension is configured or learned from the first answer (``health`` embeds one
     short probe text), then every answer must keep it; the model name the server echoes
-    must stay the same too, so a model swapped behind the URL is caught (B4). Query and
-    passage prefixes are added here because these APIs, unlike seed 000, know no types.
+    must stay the same too, so a model swapped behind the URL is caught. Query and
+    passage prefixes are added here because these APIs, unlike ragpg's ``/embed``, know no types.
     """
 
-    # OpenAI and vLLM answer 400 for an input over the context, TEI 413/422: the input's
-    # fault, so never retried and never a reason to fall back.
-    invalid_statuses = frozenset({400, 413, 422})
     path = ""
 
     def __init__(

@@ -1,4 +1,4 @@
-"""HTTP plumbing shared by the remote providers: one wire, capped bodies, failures classified."""
+"""HTTP plumbing shared by the remote providers: one httpx client, capped bodies, failures classified."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from typing import Any
 import httpx
 
 from rag_pg.embed.base import ProviderUnavailable, time_left
-from rag_pg.embed.wire import Exchange, Wire, WireError, open_wire
 from rag_pg.errors import ConfigError, EmbeddingError
 
 DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024 * 1024
@@ -25,7 +24,7 @@ RETRYABLE_STATUSES = frozenset({408, 425, 429, 500, 502, 503, 504})
 
 
 def redact_url(url: httpx.URL) -> str:
-    """The URL as messages may show it: no user, password or query string (G5)."""
+    """The URL as messages may show it: no user, password or query string, where secrets hide."""
     port = f":{url.port}" if url.port is not None else ""
     host = f"[{url.host}]" if ":" in url.host else url.host
     path = "" if url.path == "/" else url.path
@@ -33,7 +32,7 @@ def redact_url(url: httpx.URL) -> str:
 
 
 def parse_service_url(url: str) -> httpx.URL:
-    """Accept only absolute http(s) URLs, so a setting cannot point at file:// or gopher:// (G4)."""
+    """Accept only absolute http(s) URLs, so a setting cannot point at file:// or gopher://."""
     try:
         parsed = httpx.URL(url)
     except (httpx.InvalidURL, TypeError, ValueError):
@@ -71,14 +70,20 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
 class JsonService:
     """A JSON-over-HTTP service: every failure becomes one EmbeddingError kind.
 
-    One wire is shared by all calls (kept-alive connections, thread-safe, so several batches
-    can be in flight), redirects are never followed, and the response body is size-capped
-    and deadline-bound so a hostile or broken service can neither exhaust memory nor hang an
-    ingest. Credentials never appear in a message (G5).
+    One ``httpx.Client`` serves all calls (kept-alive pooled connections, thread-safe, so
+    several batches can be in flight); it is opened on the first call and closed by
+    :meth:`close`. Redirects are never followed, the environment's proxies and netrc are
+    ignored, and the response body is streamed under a size cap and the call's deadline, so
+    a hostile or broken service can neither exhaust memory nor hang an ingest. Credentials
+    never appear in a message.
     """
 
-    #: statuses that mean "this input is refused" (never retried); subclasses widen it.
-    invalid_statuses: frozenset[int] = frozenset({422})
+    #: statuses that mean "this input is refused": never retried, never a reason to fall back,
+    #: and ingest fails only the document that carried it. OpenAI and vLLM answer 400 for an
+    #: input over the model's context, TEI 413 or 422, a validating service 422: each says the
+    #: fault is in what was sent, so calling the service "unavailable" would abort a whole run
+    #: over one bad document.
+    invalid_statuses: frozenset[int] = frozenset({400, 413, 422})
 
     def __init__(
         self,
@@ -111,23 +116,26 @@ class JsonService:
         raw_password = parsed.userinfo.decode("ascii", "replace").partition(":")[2]
         candidates = (parsed.password, raw_password, api_key)
         self._secrets = sorted({s for s in candidates if s and len(s) >= 4}, key=len, reverse=True)
-        self._urls: dict[str, httpx.URL] = {}
         self._lock = threading.Lock()
-        self._wire: Wire | None = None
+        self._http: httpx.Client | None = None
         self._closed = False
 
     def close(self) -> None:
-        """Close the shared connections; later calls fail as unavailable."""
+        """Close the pooled connections; later calls fail as unavailable."""
         with self._lock:
             self._closed = True
-            wire, self._wire = self._wire, None
-        if wire is not None:
-            wire.close()
+            client, self._http = self._http, None
+        if client is not None:
+            client.close()
 
     # -- one request --------------------------------------------------------------------------
 
     def _call(self, method: str, path: str, payload: dict[str, Any] | None) -> object:
-        """Send one request under a total deadline and return its parsed JSON body."""
+        """Send one request under a total deadline and return its parsed JSON body.
+
+        httpx bounds each connect, write and read by ``budget``; the body loop also checks the
+        total, so a service dripping its answer byte by byte still ends at the deadline.
+        """
         budget = time_left(self._timeout)
         if budget <= 0:
             raise self._unavailable("was not tried: the batch's deadline has passed")
@@ -137,31 +145,25 @@ class JsonService:
         if payload is not None:
             body = json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
             headers = {**headers, "Content-Type": "application/json"}
+        client = self._client()
+        url = self._base.copy_with(path=self._base.path.rstrip("/") + path)
         try:
-            response = self._get_wire().send(method, self._url(path), body, headers, deadline)
-        except WireError as exc:
-            raise self._wire_failure(exc, budget, reading=False) from None
-        try:
-            return self._read(response, path, deadline, budget)
-        finally:
-            response.close()
+            with client.stream(
+                method, url, content=body, headers=headers, timeout=httpx.Timeout(budget)
+            ) as response:
+                return self._read(response, path, deadline, budget)
+        except httpx.HTTPError as exc:
+            raise self._transport_failure(exc, budget, reading=False) from None
 
-    def _url(self, path: str) -> httpx.URL:
-        url = self._urls.get(path)
-        if url is None:
-            url = self._base.copy_with(path=self._base.path.rstrip("/") + path)
-            self._urls[path] = url
-        return url
-
-    def _read(self, response: Exchange, path: str, deadline: float, budget: float) -> object:
-        status = response.status
+    def _read(self, response: httpx.Response, path: str, deadline: float, budget: float) -> object:
+        status = response.status_code
         if 300 <= status < 400:
             raise self._unavailable(
                 f"answered HTTP {status} (a redirect, not followed)", retryable=False
             )
         if status != 200:
             raw = self._body(response, deadline, budget, limit=64 * 1024, strict=False)
-            raise self._status_error(status, path, _detail(raw), response.header("retry-after"))
+            raise self._status_error(status, path, _detail(raw), response.headers.get("retry-after"))
         raw = self._body(response, deadline, budget, limit=self._max_bytes, strict=True)
         try:
             return json.loads(raw)
@@ -190,10 +192,13 @@ class JsonService:
         )
 
     def _body(
-        self, response: Exchange, deadline: float, budget: float, *, limit: int, strict: bool
+        self, response: httpx.Response, deadline: float, budget: float, *, limit: int, strict: bool
     ) -> bytes:
-        """Read at most ``limit`` bytes before ``deadline``; refuse early when the header says more."""
-        declared = response.header("content-length")
+        """Read at most ``limit`` bytes before ``deadline``; refuse early when the header says more.
+
+        The cap counts decoded bytes, so a compressed answer cannot expand past it either.
+        """
+        declared = response.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
             if strict:
                 raise self._malformed(
@@ -203,47 +208,55 @@ class JsonService:
         chunks: list[bytes] = []
         size = 0
         try:
-            for chunk in response.chunks(deadline):
+            for chunk in response.iter_bytes():
                 size += len(chunk)
                 if size > limit:
                     if strict:
                         raise self._malformed(f"response exceeds the {limit}-byte cap")
                     break
                 chunks.append(chunk)
-        except WireError as exc:
-            raise self._wire_failure(exc, budget, reading=True) from None
+                if time.monotonic() >= deadline:
+                    raise httpx.ReadTimeout("the call's deadline passed while reading")
+        except httpx.HTTPError as exc:
+            raise self._transport_failure(exc, budget, reading=True) from None
         return b"".join(chunks)
 
-    def _get_wire(self) -> Wire:
+    def _client(self) -> httpx.Client:
         with self._lock:
             if self._closed:
                 raise ProviderUnavailable(
                     f"embedding provider for {self.url} is closed", retryable=False
                 )
-            if self._wire is None:
-                self._wire = open_wire(self._base, self._transport)
-            return self._wire
+            if self._http is None:
+                self._http = httpx.Client(
+                    transport=self._transport, follow_redirects=False, trust_env=False
+                )
+            return self._http
 
     # -- messages -----------------------------------------------------------------------------
 
     def _scrub(self, message: str) -> str:
-        """Belt and braces for G5: no password or API key survives into a message."""
+        """Belt and braces: no password or API key survives into a message."""
         for secret in self._secrets:
             message = message.replace(secret, "***")
         return message
 
-    def _wire_failure(self, exc: WireError, budget: float, *, reading: bool) -> EmbeddingError:
-        said = f" ({exc.description})" if exc.description else ""
-        if exc.failure == "timeout":
+    def _transport_failure(
+        self, exc: httpx.HTTPError, budget: float, *, reading: bool
+    ) -> EmbeddingError:
+        """What httpx raised, as one of the three kinds, in words safe to show once scrubbed."""
+        said = f" ({describe(exc)})"
+        if isinstance(exc, httpx.TimeoutException):
             return self._unavailable(
                 f"timed out after {budget:g}s" + (" reading the response" if reading else "")
             )
-        if exc.failure == "undecodable":
+        if isinstance(exc, httpx.DecodingError):
             return self._malformed(f"response body cannot be decoded{said}")
-        if exc.failure == "dropped":
-            return self._unavailable(f"dropped the connection{said}")
-        if exc.failure == "unreachable":
-            return self._unavailable(f"cannot be reached{said}")
+        if isinstance(exc, httpx.TransportError):
+            # Before an answer began the service could not be had; after, it cut the body off.
+            return self._unavailable(
+                f"dropped the connection{said}" if reading else f"cannot be reached{said}"
+            )
         return self._unavailable(f"request failed{said}")
 
     def _unavailable(
@@ -259,6 +272,12 @@ class JsonService:
         return EmbeddingError.malformed(
             self._scrub(f"malformed response from embedding service at {self.url}: {what}")
         )
+
+
+def describe(exc: BaseException) -> str:
+    """An exception's class and message on one line (the message may be empty)."""
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 def basic_auth(username: str, password: str) -> str:

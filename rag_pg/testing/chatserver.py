@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -161,9 +162,11 @@ class FakeChatServer:
 
 def main() -> int:
     """``python -m rag_pg.testing.chatserver``: run one in the foreground, print its URL."""
+    # Ctrl-C stops it even when its parent ignored SIGINT (a background job inherits that).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     server = FakeChatServer().start()
-    print(server.url, flush=True)
-    try:
+    try:  # from the start: a Ctrl-C right after the URL must still stop the server's threads
+        print(server.url, flush=True)
         threading.Event().wait()
     except KeyboardInterrupt:
         pass

@@ -1,22 +1,20 @@
-"""A deterministic fake embedding service (seed-000 contract) with a scriptable fault plan."""
+"""A deterministic fake embedding service (ragpg's /embed contract and two others) with a fault plan."""
 
 from __future__ import annotations
 
 import argparse
 import base64
-import hashlib
 import json
-import re
-import socket
-import sys
+import signal
 import threading
-import unicodedata
-from collections import Counter
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
+
+from rag_pg.testing.fake_http import FakeHandler, FakeHTTPServer
+from rag_pg.testing.fakevector import fake_vector
+
+__all__ = ["FAULTS", "FakeEmbeddingServer", "fake_vector"]
 
 FAULTS = frozenset(
     {
@@ -39,149 +37,7 @@ FAULTS = frozenset(
     }
 )
 # The same fake answers three API shapes, so every provider meets the same fault plan.
-_SHAPES = {"/embed": "seed", "/v1/embeddings": "openai", "/api/embed": "ollama"}
-_TOKEN = re.compile(r"[a-z0-9]+")
-_COORDS_PER_TOKEN = 3
-_MAX_REQUEST_BYTES = 64 * 1024 * 1024
-
-
-def _tokens(text: str) -> list[str]:
-    decomposed = unicodedata.normalize("NFKD", text)
-    folded = "".join(c for c in decomposed if not unicodedata.combining(c)).lower()
-    return _TOKEN.findall(folded)
-
-
-def fake_vector(text: str, dim: int) -> npt.NDArray[np.float32]:
-    """A hashed bag of words a human can predict: texts that share words are close.
-
-    Lower-cased, accents stripped, tokens ``[a-z0-9]+``; each token adds ``1 + ln(tf)`` to
-    three signed coordinates chosen by blake2b (stable across processes, unlike ``hash()``);
-    the result is L2-normalised. A text without tokens gets a fixed unit vector.
-    """
-    if dim <= 0:
-        raise ValueError("dim must be positive")
-    vector = np.zeros(dim, dtype=np.float64)
-    for token, tf in sorted(Counter(_tokens(text)).items()):
-        weight = 1.0 + float(np.log(tf))
-        digest = hashlib.blake2b(token.encode("utf-8"), digest_size=4 * _COORDS_PER_TOKEN).digest()
-        for k in range(_COORDS_PER_TOKEN):
-            word = int.from_bytes(digest[4 * k : 4 * k + 4], "big")
-            sign = 1.0 if word & 1 else -1.0
-            vector[(word >> 1) % dim] += sign * weight
-    norm = float(np.linalg.norm(vector))
-    if norm == 0.0:
-        return np.full(dim, 1.0 / np.sqrt(dim), dtype=np.float32)
-    return (vector / norm).astype(np.float32)
-
-
-class _Server(ThreadingHTTPServer):
-    """Joins its handler threads on close and can cut idle keep-alive connections."""
-
-    daemon_threads = False
-    block_on_close = True
-    fake: FakeEmbeddingServer
-
-    def __init__(self, address: tuple[str, int], fake: FakeEmbeddingServer) -> None:
-        self.fake = fake
-        self.open_sockets: set[socket.socket] = set()
-        self.sockets_lock = threading.Lock()
-        super().__init__(address, _Handler)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """A client that gave up (timeout tests) is expected; stay quiet about it."""
-        exc = sys.exc_info()[1]
-        if isinstance(exc, OSError):
-            return
-        super().handle_error(request, client_address)
-
-    def cut_connections(self) -> None:
-        with self.sockets_lock:
-            sockets = list(self.open_sockets)
-        for sock in sockets:
-            try:
-                sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    server_version = "ragpg-fake-embed/1"
-    timeout = 60.0
-    server: _Server
-
-    def setup(self) -> None:
-        super().setup()
-        # Headers and body go out in separate writes: without this, Nagle plus delayed ACK
-        # adds ~40 ms to every answer and skews benchmarks.
-        self.request.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        with self.server.sockets_lock:
-            self.server.open_sockets.add(self.request)
-        self.server.fake._count("connections")
-        if self.server.fake._stopping.is_set():  # accepted just before stop(): hang up now
-            self.server.cut_connections()
-
-    def finish(self) -> None:
-        with self.server.sockets_lock:
-            self.server.open_sockets.discard(self.request)
-        try:
-            super().finish()
-        except OSError:
-            pass
-
-    def log_message(self, format: str, *args: Any) -> None:
-        if self.server.fake.verbose:
-            sys.stderr.write(f"{self.address_string()} {format % args}\n")
-
-    def do_GET(self) -> None:
-        fake = self.server.fake
-        if self.path.split("?")[0].rstrip("/") != "/health":
-            self._send_json(404, {"detail": "not found"})
-            return
-        fake._count("health_calls")
-        fault = fake.fault
-        if fault is not None and fault.isdigit() and fault != "422":
-            self._send_json(int(fault), {"detail": f"fault {fault}"})
-            return
-        self._send_json(200, {"status": "ok", "model": fake.model, "dim": fake.dim})
-
-    def do_POST(self) -> None:
-        shape = _SHAPES.get(self.path.split("?")[0].rstrip("/"))
-        if shape is None:
-            self._drain()
-            self._send_json(404, {"detail": "not found"})
-            return
-        body = self._drain()
-        self.server.fake._answer_embed(self, body, shape)
-
-    def _drain(self) -> bytes:
-        length = int(self.headers.get("Content-Length") or 0)
-        if length > _MAX_REQUEST_BYTES:
-            self.close_connection = True
-            return b""
-        return self.rfile.read(length)
-
-    def _send_json(
-        self, status: int, payload: object, headers: dict[str, str] | None = None
-    ) -> None:
-        self._send_bytes(status, json.dumps(payload).encode("utf-8"), headers=headers)
-
-    def _send_bytes(
-        self,
-        status: int,
-        data: bytes,
-        *,
-        content_type: str = "application/json",
-        headers: dict[str, str] | None = None,
-        length: int | None = None,
-    ) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(data) if length is None else length))
-        for name, value in (headers or {}).items():
-            self.send_header(name, value)
-        self.end_headers()
-        self.wfile.write(data)
+_SHAPES = {"/embed": "ragpg", "/v1/embeddings": "openai", "/api/embed": "ollama"}
 
 
 class FakeEmbeddingServer:
@@ -193,11 +49,12 @@ class FakeEmbeddingServer:
             provider = HttpEmbeddingProvider(server.url)
             server.fault = "503"          # every /embed now fails, until set back to None
 
-    It answers the seed-000 ``POST /embed``, OpenAI's ``POST /v1/embeddings`` and Ollama's
+    It answers ragpg's ``POST /embed``, OpenAI's ``POST /v1/embeddings`` and Ollama's
     ``POST /api/embed`` (those two must name ``model``, else 404), all under the same fault
     plan; ``details`` records each request's shape, model, first text and Authorization.
     Set ``fault`` (any time) to one of FAULTS, or to any 4xx/5xx code as a string; set
-    ``poison`` to make batches holding that substring fail with 422; set ``fail_next`` to
+    ``poison`` to make batches holding that substring fail with ``poison_status`` (422 unless
+    set: 400 and 413 are how other services refuse one input); set ``fail_next`` to
     fail the next N calls with 503. ``/embed`` answers base64 float32 rows when asked
     (``"encoding": "base64"``) unless ``honour_encoding`` is False (a server that ignores the
     field); ``bad_base64``/``odd_base64`` break the first row. Counters are thread-safe. For benchmarks or manual use:
@@ -224,6 +81,7 @@ class FakeEmbeddingServer:
         self.verbose = verbose
         self.fault_detail = "fake server refused the input"
         self.poison: str | None = None
+        self.poison_status = 422
         self.fail_next = 0
         self.retry_after: str | None = None
         self.redirect_to = "/elsewhere"
@@ -241,7 +99,7 @@ class FakeEmbeddingServer:
         self._texts_embedded = 0
         self._health_calls = 0
         self._connections = 0
-        self._server: _Server | None = None
+        self._server: FakeHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
     # -- configuration and counters -------------------------------------------------------------
@@ -311,7 +169,7 @@ class FakeEmbeddingServer:
         if self._server is not None:
             return self
         self._stopping.clear()
-        server = _Server((self.host, self.port), self)
+        server = FakeHTTPServer((self.host, self.port), self)
         self._server = server
         self._thread = threading.Thread(
             target=server.serve_forever,
@@ -348,9 +206,31 @@ class FakeEmbeddingServer:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    # -- /embed ---------------------------------------------------------------------------------
+    # -- answers --------------------------------------------------------------------------------
 
-    def _answer_embed(self, handler: _Handler, body: bytes, shape: str = "seed") -> None:
+    def connected(self) -> bool:
+        self._count("connections")
+        return not self._stopping.is_set()
+
+    def answer_get(self, handler: FakeHandler, path: str) -> None:
+        if path != "/health":
+            handler.send_json(404, {"detail": "not found"})
+            return
+        self._count("health_calls")
+        fault = self.fault
+        if fault is not None and fault.isdigit() and fault != "422":
+            handler.send_json(int(fault), {"detail": f"fault {fault}"})
+            return
+        handler.send_json(200, {"status": "ok", "model": self.model, "dim": self.dim})
+
+    def answer_post(self, handler: FakeHandler, path: str, body: bytes) -> None:
+        shape = _SHAPES.get(path)
+        if shape is None:
+            handler.send_json(404, {"detail": "not found"})
+            return
+        self._answer_embed(handler, body, shape)
+
+    def _answer_embed(self, handler: FakeHandler, body: bytes, shape: str = "ragpg") -> None:
         with self._lock:
             self._calls += 1
             failing = self.fail_next > 0
@@ -361,7 +241,7 @@ class FakeEmbeddingServer:
         except ValueError:
             payload = None
         data = payload if isinstance(payload, dict) else {}
-        if shape == "seed":
+        if shape == "ragpg":
             kind, texts = data.get("type"), data.get("texts")
         else:  # OpenAI and Ollama know no types; a lone string is one input
             kind, texts = "passage", data.get("input")
@@ -383,32 +263,32 @@ class FakeEmbeddingServer:
             return
         fault = self._fault
         if failing:
-            handler._send_json(503, _error_body(shape, "fail_next"))
+            handler.send_json(503, _error_body(shape, "fail_next"))
             return
         if fault is not None and _is_error_status(fault) and fault != "422":
             extra = {"Retry-After": self.retry_after} if self.retry_after is not None else None
-            handler._send_json(int(fault), _error_body(shape, f"fault {fault}"), headers=extra)
+            handler.send_json(int(fault), _error_body(shape, f"fault {fault}"), headers=extra)
             return
         if fault == "redirect":
-            handler._send_bytes(302, b"", headers={"Location": self.redirect_to})
+            handler.send_bytes(302, b"", headers={"Location": self.redirect_to})
             return
-        if shape != "seed" and data.get("model") != self.model:
-            handler._send_json(404, _error_body(shape, f"model {data.get('model')!r} not found"))
+        if shape != "ragpg" and data.get("model") != self.model:
+            handler.send_json(404, _error_body(shape, f"model {data.get('model')!r} not found"))
             return
         problem = _check_payload(kind, texts)
         if problem is not None:
-            handler._send_json(422, _error_body(shape, problem))
+            handler.send_json(422, _error_body(shape, problem))
             return
         assert isinstance(texts, list)
         if fault == "422":
-            handler._send_json(422, _error_body(shape, self.fault_detail))
+            handler.send_json(422, _error_body(shape, self.fault_detail))
             return
         if self.poison is not None and any(self.poison in t for t in texts):
-            handler._send_json(422, _error_body(shape, "poison text"))
+            handler.send_json(self.poison_status, _error_body(shape, "poison text"))
             return
         if fault == "slow" and self._stopping.wait(self.slow_seconds):
             return
-        base64_rows = shape == "seed" and self.honour_encoding and data.get("encoding") == "base64"
+        base64_rows = shape == "ragpg" and self.honour_encoding and data.get("encoding") == "base64"
         self._send_vectors(handler, texts, fault, shape, base64_rows=base64_rows)
 
     def _reply(self, vectors: list[Any], shape: str) -> dict[str, Any]:
@@ -422,7 +302,7 @@ class FakeEmbeddingServer:
         return {"model": self.model, "dim": self.dim, "vectors": vectors}
 
     def _send_vectors(
-        self, handler: _Handler, texts: list[str], fault: str | None, shape: str = "seed",
+        self, handler: FakeHandler, texts: list[str], fault: str | None, shape: str = "ragpg",
         *, base64_rows: bool = False,
     ) -> None:
         vectors = [fake_vector(t, self.dim).tolist() for t in texts]
@@ -444,9 +324,9 @@ class FakeEmbeddingServer:
                 rows[0] = base64.b64encode(whole[:-1]).decode("ascii")  # not whole float32s
         reply = self._reply(rows, shape)
         if fault == "missing_vectors":
-            del reply[{"seed": "vectors", "openai": "data", "ollama": "embeddings"}[shape]]
+            del reply[{"ragpg": "vectors", "openai": "data", "ollama": "embeddings"}[shape]]
         if fault == "non_json":
-            handler._send_bytes(200, b"this is not JSON", content_type="text/plain")
+            handler.send_bytes(200, b"this is not JSON", content_type="text/plain")
             return
         if fault == "huge":
             self._send_huge(handler)
@@ -460,16 +340,16 @@ class FakeEmbeddingServer:
         if fault is None:  # counted before answering, so a client never sees a stale count
             with self._lock:
                 self._texts_embedded += len(texts)
-        handler._send_bytes(200, data)
+        handler.send_bytes(200, data)
 
-    def _send_huge(self, handler: _Handler) -> None:
+    def _send_huge(self, handler: FakeHandler) -> None:
         """Announce a body over any sane cap; a careful client refuses it from the header."""
         handler.close_connection = True
-        handler._send_bytes(200, b'{"vectors": [', length=self.huge_bytes)
+        handler.send_bytes(200, b'{"vectors": [', length=self.huge_bytes)
 
-    def _drip(self, handler: _Handler, data: bytes) -> None:
+    def _drip(self, handler: FakeHandler, data: bytes) -> None:
         """Send the body a few bytes at a time: each read is quick, the whole is not."""
-        handler._send_bytes(200, b"", length=len(data))
+        handler.send_bytes(200, b"", length=len(data))
         for i in range(0, len(data), 4):
             if self._stopping.wait(self.drip_interval):
                 return
@@ -526,9 +406,11 @@ def main(argv: list[str] | None = None) -> int:
         delay=args.delay,
         verbose=args.verbose,
     )
+    # Ctrl-C stops it even when its parent ignored SIGINT (a background job inherits that).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     server.start()
-    print(server.url, flush=True)
-    try:
+    try:  # from the start: a Ctrl-C right after the URL must still stop the server's threads
+        print(server.url, flush=True)
         threading.Event().wait()
     except KeyboardInterrupt:
         pass

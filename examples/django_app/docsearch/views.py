@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from typing import get_args
+
 from django.http import HttpRequest, JsonResponse
 from django.views.decorators.http import require_GET
 
-from rag_pg import ConfigError, RagError
-from rag_pg.search import MODES
+from rag_pg import ConfigError, Mode, RagError
 
 from . import engine
 
+MODES = get_args(Mode)  # the search modes, read from the public type
 MAX_QUERY_CHARS = 1000
 MAX_K = 50
 

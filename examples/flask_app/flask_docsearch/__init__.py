@@ -12,15 +12,15 @@ from __future__ import annotations
 import json
 import weakref
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, get_args
 
 import click
 from flask import Blueprint, Flask, current_app, request
 from flask.cli import with_appcontext
 
-from rag_pg import ConfigError, RagError, RagPG, Settings
-from rag_pg.search import MODES
+from rag_pg import ConfigError, Mode, RagError, RagPG, Settings
 
+MODES = get_args(Mode)  # the search modes, read from the public type
 MAX_QUERY_CHARS = 1000
 MAX_K = 50
 

@@ -1,0 +1,1 @@
+"""Administration of an index: invariant checks, SQL roles, re-embedding, retrieval evaluation."""

@@ -1,0 +1,221 @@
+"""From the search statement's rows to hits: fusion of the legs' rankings, reranking, the
+per-document cap, neighbour windows and parent/children expansion. Pure Python, no database."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from rag_pg.fields import title_scores
+from rag_pg.fuse import adaptive, cap_per_document, convex, rrf_ranks
+from rag_pg.models import Chunk, Hit
+
+if TYPE_CHECKING:
+    from rag_pg.search import SearchPlan
+
+Reranker = Callable[[list[Hit]], list[Hit]]
+
+#: Weight of the title leg in a hybrid search beside the vector and keyword legs' (a plan's
+#: ``weights["title"]`` overrides it; 0 turns it off). docs/retrieval.md: measurements.
+TITLE_WEIGHT = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One row of the search statement (``psycopg.rows.class_row``): a chunk found by at
+    least one leg, with each leg's rank (1-based) and raw value, and the chunk's provenance."""
+
+    chunk_id: int
+    vector_rank: int | None = None
+    distance: float | None = None  # cosine distance: the vector leg's similarity is 1 - it
+    keyword_rank: int | None = None
+    keyword_score: float | None = None  # BM25
+    position: int = 0
+    section: str = ""
+    anchor: str = ""
+    content: str = ""
+    token_count: int = 0
+    content_hash: str = ""
+    line_start: int | None = None
+    line_end: int | None = None
+    document_id: int = 0
+    path: str = ""
+    title: str = ""
+    collection: str = "default"
+    window_chunks: list[dict[str, Any]] | None = None
+    expanded: Any = None
+
+
+def _by_vector_rank(c: Candidate) -> int:
+    return c.vector_rank or 0
+
+
+def _by_keyword_rank(c: Candidate) -> int:
+    return c.keyword_rank or 0
+
+
+def ranked(rows: Sequence[Candidate], plan: SearchPlan) -> list[tuple[Candidate, float]]:
+    """Candidates (chunks), best first, with their score. Vector: cosine similarity; keyword:
+    BM25; hybrid: every chunk either leg returned, fused on the ranks the SQL gave it (weighted
+    RRF), on its legs' raw scores (``plan.fusion == "convex"``), or on them with per-query
+    weights from each leg's score list (``"adaptive"``). Nothing is capped here:
+    the per-document cap applies to this fused list (see :func:`shape`)."""
+    vector = sorted((c for c in rows if c.vector_rank is not None), key=_by_vector_rank)
+    if plan.mode == "vector":
+        return [(c, 1.0 - float(c.distance or 0.0)) for c in vector]
+    keyword = sorted((c for c in rows if c.keyword_rank is not None), key=_by_keyword_rank)
+    if plan.mode == "keyword":
+        return [(c, float(c.keyword_score or 0.0)) for c in keyword]
+    by_id = {c.chunk_id: c for c in rows}
+    ranks = {c.chunk_id: _leg_ranks(c) for c in sorted(rows, key=_by_best_rank)}
+    scores = {c.chunk_id: _leg_scores(c) for c in rows}
+    weights = {"title": TITLE_WEIGHT, **plan.weights}
+    legs = ("vector", "keyword", "title") if _title_leg(rows, plan, ranks, scores, weights) \
+        else ("vector", "keyword")
+    if plan.fusion == "convex":
+        fused = convex(scores, ranks, weights=weights, legs=legs, absolute=("title",))
+    elif plan.fusion == "adaptive":
+        fused = adaptive(scores, ranks, weights=weights, legs=legs, absolute=("title",))
+    else:
+        fused = rrf_ranks(ranks, k=plan.rrf_k, weights=weights, legs=legs)
+    return [(by_id[chunk_id], score) for chunk_id, score in fused]
+
+
+def _title_leg(rows: Sequence[Candidate], plan: SearchPlan, ranks: dict[int, dict[str, int]],
+               scores: dict[int, dict[str, float]], weights: Mapping[str, float]) -> bool:
+    """Adds the title leg (see :mod:`rag_pg.fields`) to the candidates' ranks and scores;
+    whether there is one (a weight, and a candidate whose heading or title holds a word)."""
+    if not weights["title"]:
+        return False
+    found = title_scores(plan.query_text, {c.chunk_id: (c.section, c.title) for c in rows})
+    for rank, (chunk_id, value) in enumerate(
+            sorted(found.items(), key=lambda kv: (-kv[1], kv[0])), start=1):
+        ranks[chunk_id]["title"] = rank
+        scores[chunk_id]["title"] = value
+    return bool(found)
+
+
+def _by_best_rank(c: Candidate) -> tuple[int, int]:
+    return min(_leg_ranks(c).values()), c.chunk_id
+
+
+def _leg_ranks(c: Candidate) -> dict[str, int]:
+    ranks: dict[str, int] = {}
+    if c.vector_rank is not None:
+        ranks["vector"] = c.vector_rank
+    if c.keyword_rank is not None:
+        ranks["keyword"] = c.keyword_rank
+    return ranks
+
+
+def _leg_scores(c: Candidate) -> dict[str, float]:
+    """Each leg's raw value, larger is better: cosine similarity, BM25."""
+    scores: dict[str, float] = {}
+    if c.vector_rank is not None:
+        scores["vector"] = 1.0 - float(c.distance or 0.0)
+    if c.keyword_rank is not None:
+        scores["keyword"] = float(c.keyword_score or 0.0)
+    return scores
+
+
+def fuse(rows: Sequence[Candidate], plan: SearchPlan) -> list[tuple[int, float]]:
+    """Candidates -> (chunk id, score), best first (see :func:`ranked`)."""
+    return [(c.chunk_id, score) for c, score in ranked(rows, plan)]
+
+
+def shape(rows: Sequence[Candidate], plan: SearchPlan, *, reranker: Reranker | None = None) -> list[Hit]:
+    """Best hits first: chunks fused, optionally reranked, then capped per document (a
+    document's best fused chunks are the ones it keeps, so a document first in either leg is
+    never dropped for a weaker one of its chunks), cut at k, with their neighbour window and
+    expansion when asked."""
+    hits = [hit_of(c, score) for c, score in ranked(rows, plan)]
+    if reranker is not None:
+        hits = reranker(hits)
+    if plan.max_per_document:
+        hits = cap_per_document(hits, lambda h: h.document_id, plan.max_per_document)
+    hits = hits[: plan.k]
+    if plan.neighbours > 0 or plan.expand:
+        by_id = {c.chunk_id: c for c in rows}
+        # the statement computes a document's expansion on its first candidate row only
+        expansions = {c.document_id: c.expanded for c in rows if c.expanded is not None}
+        for hit in hits:
+            found = by_id[hit.chunk_id or 0]
+            if plan.neighbours > 0 and found.window_chunks:
+                hit.extra["window"] = window(found.window_chunks, hit.chunk.position)
+            if plan.expand:
+                hit.extra["expanded"] = expansion(plan.expand, found, expansions.get(found.document_id))
+    return hits
+
+
+def hit_of(c: Candidate, score: float) -> Hit:
+    ranks = _leg_ranks(c)
+    scores = _leg_scores(c)
+    chunk = Chunk(
+        document_path=c.path, document_title=c.title, section=c.section, anchor=c.anchor,
+        position=c.position, content=c.content, token_count=c.token_count,
+        content_hash=c.content_hash, line_start=c.line_start, line_end=c.line_end,
+    )
+    return Hit(chunk=chunk, score=float(score), collection=c.collection, document_id=c.document_id,
+               chunk_id=c.chunk_id, ranks=ranks, scores=scores)
+
+
+def merge_chunks(chunks: Sequence[Mapping[str, Any]]) -> str:
+    """Consecutive chunks as one passage: the overlap tail that a chunk repeats from the one
+    before it (its first paragraph, made of that chunk's last words) is dropped, and a new
+    section starts under its heading, so the text reads as in the file."""
+    parts: list[str] = []
+    previous: Mapping[str, Any] | None = None
+    for chunk in chunks:
+        content = str(chunk["content"])
+        if previous is not None and chunk["section"] == previous["section"]:
+            head, sep, rest = content.partition("\n\n")
+            tail_words = head.split()
+            before = str(previous["content"]).split()
+            if sep and tail_words and before[-len(tail_words):] == tail_words:
+                content = rest
+        elif previous is not None:
+            content = f"## {chunk['section']}\n\n{content}"
+        parts.append(content)
+        previous = chunk
+    return "\n\n".join(p for p in parts if p)
+
+
+def _provenance(chunks: Sequence[Mapping[str, Any]], path: str | None = None) -> list[dict[str, Any]]:
+    out = []
+    for c in chunks:
+        item: dict[str, Any] = {"position": c["position"], "section": c["section"], "anchor": c["anchor"]}
+        if path is not None:
+            item = {"path": path, **item}
+        out.append(item)
+    return out
+
+
+def window(chunks: Sequence[Mapping[str, Any]], position: int) -> dict[str, Any]:
+    """The ±N neighbour window of a hit, merged, with the provenance of the span."""
+    return {
+        "start_position": int(chunks[0]["position"]),
+        "end_position": int(chunks[-1]["position"]),
+        "hit_position": position,
+        "text": merge_chunks(chunks),
+        "chunks": _provenance(chunks),
+    }
+
+
+def expansion(kind: str, found: Candidate, data: Any) -> dict[str, Any] | None:
+    """``{"kind", "path", "title", "text", "chunks"}`` of the parent node, or of the children
+    (then ``path``/``title`` are the hit's own document and ``children`` lists each child)."""
+    if kind == "parent":
+        if not data:
+            return None
+        return {"kind": "parent", "path": data["path"], "title": data["title"],
+                "text": merge_chunks(data["chunks"]), "chunks": _provenance(data["chunks"], data["path"])}
+    children = list(data or [])
+    if not children:
+        return None
+    texts = [f"# {c['title']}\n\n{merge_chunks(c['chunks'])}" for c in children]
+    return {
+        "kind": "children", "path": found.path, "title": found.title, "text": "\n\n".join(texts),
+        "chunks": [p for c in children for p in _provenance(c["chunks"], c["path"])],
+        "children": [{"path": c["path"], "title": c["title"]} for c in children],
+    }
