@@ -80,6 +80,28 @@ def _order(scores: Mapping[K, float], ranks: Mapping[K, Mapping[str, int]],
     return sorted(scores.items(), key=lambda kv: (-kv[1], *tie(kv[0]), first[kv[0]]))
 
 
+def ordered(parts: Mapping[K, Mapping[str, float]], ranks: Mapping[K, Mapping[str, int]],
+            legs: Sequence[str]) -> list[tuple[K, float]]:
+    """Items best first by their fused score, the sum of their legs' parts (ties as
+    :func:`_order` breaks them)."""
+    return _order({key: sum(mine.values()) for key, mine in parts.items()}, ranks, legs)
+
+
+def rrf_parts(
+    ranks: Mapping[K, Mapping[str, int]],
+    *,
+    k: int = DEFAULT_RRF_K,
+    weights: Mapping[str, float] | None = None,
+) -> dict[K, dict[str, float]]:
+    """Each item's part of its weighted RRF score from each leg that found it:
+    ``weight / (k + rank)`` (ranks 1-based, as the leg numbered them: a rank may skip the
+    rows a leg did not return)."""
+    if k < 0:
+        raise ValueError("rrf k must be >= 0")
+    return {key: {leg: _weight(weights, leg) / (k + rank) for leg, rank in mine.items()}
+            for key, mine in ranks.items()}
+
+
 def rrf_ranks(
     ranks: Mapping[K, Mapping[str, int]],
     *,
@@ -87,13 +109,33 @@ def rrf_ranks(
     weights: Mapping[str, float] | None = None,
     legs: Sequence[str] = ("vector", "keyword"),
 ) -> list[tuple[K, float]]:
-    """Weighted RRF over each item's rank in each leg that found it (1-based, as the leg
-    numbered it: a rank may skip the rows a leg did not return)."""
-    if k < 0:
-        raise ValueError("rrf k must be >= 0")
-    scores = {key: sum(_weight(weights, leg) / (k + rank) for leg, rank in mine.items())
-              for key, mine in ranks.items()}
-    return _order(scores, ranks, legs)
+    """Weighted RRF over each item's rank in each leg that found it (see :func:`rrf_parts`)."""
+    return ordered(rrf_parts(ranks, k=k, weights=weights), ranks, legs)
+
+
+def convex_parts(
+    scores: Mapping[K, Mapping[str, float]],
+    *,
+    weights: Mapping[str, float] | None = None,
+    legs: Sequence[str] = ("vector", "keyword"),
+    absolute: Collection[str] = (),
+) -> dict[K, dict[str, float]]:
+    """Each item's part of its convex score from each leg that found it: the leg's weight
+    share times its min-max normalised score (see :func:`convex`)."""
+    total = sum(_weight(weights, leg) for leg in legs) or 1.0
+    bounds: dict[str, tuple[float, float]] = {leg: (0.0, 1.0) for leg in absolute}
+    for leg in legs:
+        values = [mine[leg] for mine in scores.values() if leg in mine]
+        if values and leg not in bounds:
+            bounds[leg] = (min(values), max(values))
+    parts: dict[K, dict[str, float]] = {}
+    for key, mine in scores.items():
+        parts[key] = {}
+        for leg, raw in mine.items():
+            low, high = bounds[leg]
+            normalised = (raw - low) / (high - low) if high > low else 1.0
+            parts[key][leg] = _weight(weights, leg) * normalised / total
+    return parts
 
 
 def convex(
@@ -109,20 +151,7 @@ def convex(
     a leg did not find gets 0 there, and the legs are averaged with ``weights``. Raw scores
     live on unrelated scales (cosine, BM25): only their spread within a list is comparable.
     The legs named in ``absolute`` score on [0, 1] already and are taken as they are."""
-    total = sum(_weight(weights, leg) for leg in legs) or 1.0
-    bounds: dict[str, tuple[float, float]] = {leg: (0.0, 1.0) for leg in absolute}
-    for leg in legs:
-        values = [mine[leg] for mine in scores.values() if leg in mine]
-        if values and leg not in bounds:
-            bounds[leg] = (min(values), max(values))
-    fused: dict[K, float] = {}
-    for key, mine in scores.items():
-        value = 0.0
-        for leg, raw in mine.items():
-            low, high = bounds[leg]
-            value += _weight(weights, leg) * ((raw - low) / (high - low) if high > low else 1.0)
-        fused[key] = value / total
-    return _order(fused, ranks, legs)
+    return ordered(convex_parts(scores, weights=weights, legs=legs, absolute=absolute), ranks, legs)
 
 
 def decisiveness(values: Sequence[float]) -> float:
@@ -140,20 +169,19 @@ def decisiveness(values: Sequence[float]) -> float:
     return 1.0 - sum((v - low) / (high - low) for v in others) / len(others)
 
 
-def adaptive(
+def adaptive_weights(
     scores: Mapping[K, Mapping[str, float]],
-    ranks: Mapping[K, Mapping[str, int]],
     *,
     weights: Mapping[str, float] | None = None,
     legs: Sequence[str] = ("vector", "keyword"),
     absolute: Collection[str] = (),
     power: float | None = None,
-) -> list[tuple[K, float]]:
-    """:func:`convex` with per-query weights: the legs of :data:`ADAPTIVE_LEGS` share their
-    combined weight in proportion to ``weight * decisiveness ** power`` of their own score
-    lists (``power`` defaults to :data:`ADAPTIVE_POWER`; 0 is :func:`convex`). The legs' total
-    weight is unchanged, so another leg (a title leg) keeps its share. When no reweighed leg
-    orders anything (every list flat), the fixed weights apply."""
+) -> dict[str, float]:
+    """This query's weights for :func:`adaptive`: the legs of :data:`ADAPTIVE_LEGS` share
+    their combined weight in proportion to ``weight * decisiveness ** power`` of their own
+    score lists (``power`` defaults to :data:`ADAPTIVE_POWER`; 0 keeps the fixed weights).
+    The legs' total weight is unchanged, so another leg (a title leg) keeps its share. When
+    no reweighed leg orders anything (every list flat), the fixed weights apply."""
     power = ADAPTIVE_POWER if power is None else power
     if power < 0:
         raise ValueError("adaptive power must be >= 0")
@@ -169,7 +197,21 @@ def adaptive(
     if total > 0:
         share = sum(base[leg] for leg in chosen) / total
         base.update({leg: value * share for leg, value in raised.items()})
-    return convex(scores, ranks, weights=base, legs=legs, absolute=absolute)
+    return base
+
+
+def adaptive(
+    scores: Mapping[K, Mapping[str, float]],
+    ranks: Mapping[K, Mapping[str, int]],
+    *,
+    weights: Mapping[str, float] | None = None,
+    legs: Sequence[str] = ("vector", "keyword"),
+    absolute: Collection[str] = (),
+    power: float | None = None,
+) -> list[tuple[K, float]]:
+    """:func:`convex` with per-query weights (:func:`adaptive_weights`)."""
+    mine = adaptive_weights(scores, weights=weights, legs=legs, absolute=absolute, power=power)
+    return convex(scores, ranks, weights=mine, legs=legs, absolute=absolute)
 
 
 def cap_per_document(items: Iterable[T], document_of: Callable[[T], D], limit: int | None) -> list[T]:

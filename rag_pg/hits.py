@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from rag_pg.fields import title_scores
-from rag_pg.fuse import adaptive, cap_per_document, convex, rrf_ranks
+from rag_pg.fuse import adaptive_weights, cap_per_document, convex_parts, ordered, rrf_parts
 from rag_pg.models import Chunk, Hit
 
 if TYPE_CHECKING:
@@ -47,26 +47,26 @@ class Candidate:
     expanded: Any = None
 
 
-def _by_vector_rank(c: Candidate) -> int:
-    return c.vector_rank or 0
+@dataclass(frozen=True, slots=True)
+class Ranked:
+    """A candidate in the fused order: its score, and each leg's rank, raw score and part of
+    the score (the parts sum to it; a single-leg search's one part is the score)."""
+
+    candidate: Candidate
+    score: float
+    ranks: dict[str, int]
+    scores: dict[str, float]
+    parts: dict[str, float]
 
 
-def _by_keyword_rank(c: Candidate) -> int:
-    return c.keyword_rank or 0
-
-
-def ranked(rows: Sequence[Candidate], plan: SearchPlan) -> list[tuple[Candidate, float]]:
+def ranked(rows: Sequence[Candidate], plan: SearchPlan) -> list[Ranked]:
     """Candidates (chunks), best first, with their score. Vector: cosine similarity; keyword:
     BM25; hybrid: every chunk either leg returned, fused on the ranks the SQL gave it (weighted
     RRF), on its legs' raw scores (``plan.fusion == "convex"``), or on them with per-query
     weights from each leg's score list (``"adaptive"``). Nothing is capped here:
     the per-document cap applies to this fused list (see :func:`shape`)."""
-    vector = sorted((c for c in rows if c.vector_rank is not None), key=_by_vector_rank)
-    if plan.mode == "vector":
-        return [(c, 1.0 - float(c.distance or 0.0)) for c in vector]
-    keyword = sorted((c for c in rows if c.keyword_rank is not None), key=_by_keyword_rank)
-    if plan.mode == "keyword":
-        return [(c, float(c.keyword_score or 0.0)) for c in keyword]
+    if plan.mode in ("vector", "keyword"):
+        return _one_leg(rows, plan.mode)
     by_id = {c.chunk_id: c for c in rows}
     ranks = {c.chunk_id: _leg_ranks(c) for c in sorted(rows, key=_by_best_rank)}
     scores = {c.chunk_id: _leg_scores(c) for c in rows}
@@ -74,12 +74,23 @@ def ranked(rows: Sequence[Candidate], plan: SearchPlan) -> list[tuple[Candidate,
     legs = ("vector", "keyword", "title") if _title_leg(rows, plan, ranks, scores, weights) \
         else ("vector", "keyword")
     if plan.fusion == "convex":
-        fused = convex(scores, ranks, weights=weights, legs=legs, absolute=("title",))
+        parts = convex_parts(scores, weights=weights, legs=legs, absolute=("title",))
     elif plan.fusion == "adaptive":
-        fused = adaptive(scores, ranks, weights=weights, legs=legs, absolute=("title",))
+        mine = adaptive_weights(scores, weights=weights, legs=legs, absolute=("title",))
+        parts = convex_parts(scores, weights=mine, legs=legs, absolute=("title",))
     else:
-        fused = rrf_ranks(ranks, k=plan.rrf_k, weights=weights, legs=legs)
-    return [(by_id[chunk_id], score) for chunk_id, score in fused]
+        parts = rrf_parts(ranks, k=plan.rrf_k, weights=weights)
+    return [Ranked(by_id[chunk_id], score, ranks[chunk_id], scores[chunk_id], parts[chunk_id])
+            for chunk_id, score in ordered(parts, ranks, legs)]
+
+
+def _one_leg(rows: Sequence[Candidate], leg: str) -> list[Ranked]:
+    out: list[Ranked] = []
+    for c in rows:
+        ranks, scores = _leg_ranks(c), _leg_scores(c)
+        if leg in ranks:
+            out.append(Ranked(c, scores[leg], ranks, scores, {leg: scores[leg]}))
+    return sorted(out, key=lambda r: r.ranks[leg])
 
 
 def _title_leg(rows: Sequence[Candidate], plan: SearchPlan, ranks: dict[int, dict[str, int]],
@@ -121,7 +132,7 @@ def _leg_scores(c: Candidate) -> dict[str, float]:
 
 def fuse(rows: Sequence[Candidate], plan: SearchPlan) -> list[tuple[int, float]]:
     """Candidates -> (chunk id, score), best first (see :func:`ranked`)."""
-    return [(c.chunk_id, score) for c, score in ranked(rows, plan)]
+    return [(r.candidate.chunk_id, r.score) for r in ranked(rows, plan)]
 
 
 def shape(rows: Sequence[Candidate], plan: SearchPlan, *, reranker: Reranker | None = None) -> list[Hit]:
@@ -129,7 +140,7 @@ def shape(rows: Sequence[Candidate], plan: SearchPlan, *, reranker: Reranker | N
     document's best fused chunks are the ones it keeps, so a document first in either leg is
     never dropped for a weaker one of its chunks), cut at k, with their neighbour window and
     expansion when asked."""
-    hits = [hit_of(c, score) for c, score in ranked(rows, plan)]
+    hits = [hit_of(r) for r in ranked(rows, plan)]
     if reranker is not None:
         hits = reranker(hits)
     if plan.max_per_document:
@@ -148,16 +159,15 @@ def shape(rows: Sequence[Candidate], plan: SearchPlan, *, reranker: Reranker | N
     return hits
 
 
-def hit_of(c: Candidate, score: float) -> Hit:
-    ranks = _leg_ranks(c)
-    scores = _leg_scores(c)
+def hit_of(r: Ranked) -> Hit:
+    c = r.candidate
     chunk = Chunk(
         document_path=c.path, document_title=c.title, section=c.section, anchor=c.anchor,
         position=c.position, content=c.content, token_count=c.token_count,
         content_hash=c.content_hash, line_start=c.line_start, line_end=c.line_end,
     )
-    return Hit(chunk=chunk, score=float(score), collection=c.collection, document_id=c.document_id,
-               chunk_id=c.chunk_id, ranks=ranks, scores=scores)
+    return Hit(chunk=chunk, score=float(r.score), collection=c.collection, document_id=c.document_id,
+               chunk_id=c.chunk_id, ranks=r.ranks, scores=r.scores, parts=r.parts)
 
 
 def merge_chunks(chunks: Sequence[Mapping[str, Any]]) -> str:

@@ -77,8 +77,10 @@ class Hit:
     """A retrieved chunk with its provenance and score (higher is better).
 
     ``ranks`` holds the 1-based rank of the chunk in each retriever that found it
-    (``{"vector": 3, "keyword": 1}``); ``scores`` the raw score of each retriever (cosine
-    similarity, BM25), plus ``fused`` and ``rerank`` once a reranker has scored the hit.
+    (``{"vector": 3, "keyword": 1}``, and ``title`` in a hybrid search whose title leg matched
+    it); ``scores`` the raw score of each retriever (cosine similarity, BM25, title match),
+    plus ``fused`` and ``rerank`` once a reranker has scored the hit; ``parts`` each
+    retriever's part of the fused score, as the search's fusion computed it (they sum to it).
     """
 
     chunk: Chunk
@@ -88,6 +90,7 @@ class Hit:
     chunk_id: int | None = None
     ranks: dict[str, int] = field(default_factory=dict)
     scores: dict[str, float] = field(default_factory=dict)
+    parts: dict[str, float] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
     # The site's URL of the passage, from the [citation] url template (None without one).
     url: str | None = None
@@ -104,9 +107,10 @@ class Hit:
 
     @property
     def leg_scores(self) -> dict[str, float]:
-        """The raw score of each leg that found the chunk: ``vector`` (cosine similarity) and
-        ``keyword`` (BM25), whatever fused or reranked them since."""
-        return {leg: self.scores[leg] for leg in ("vector", "keyword") if leg in self.scores}
+        """The raw score of each leg that found the chunk: ``vector`` (cosine similarity),
+        ``keyword`` (BM25) and ``title`` (the title leg's match), whatever fused or reranked
+        them since."""
+        return {leg: self.scores[leg] for leg in ("vector", "keyword", "title") if leg in self.scores}
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON shape of a hit (``ragpg search --json``, HTTP API, MCP)."""
@@ -123,6 +127,7 @@ class Hit:
             "ranks": dict(self.ranks),
             "leg_scores": self.leg_scores,
             "scores": dict(self.scores),
+            "parts": dict(self.parts),
             "url": self.url,
             "page": self.page,
             "lines": ([self.chunk.line_start, self.chunk.line_end]

@@ -14,11 +14,21 @@ from pathlib import Path
 
 import psycopg
 import pytest
+from hypothesis import HealthCheck, settings
 
 ROOT = Path(__file__).resolve().parent.parent
 # One template per test process: several runs can share one external server.
 TEMPLATE = f"ragpg_template_{os.getpid()}"
 _counter = itertools.count()
+
+# Property tests: no per-example deadline and no "too slow" health check, both wall-clock
+# limits that a loaded machine trips; the default profile draws the same examples on every
+# run (a red run is reproducible, not the luck of the draw), `explore` draws new ones.
+settings.register_profile("ragpg", deadline=None, derandomize=True, print_blob=True,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.register_profile("explore", deadline=None, max_examples=500, print_blob=True,
+                          suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ragpg"))
 
 
 def _admin_url(url: str, dbname: str) -> str:

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rag_pg.fuse import rrf
+from rag_pg.fuse import FUSIONS, rrf
 
 
 def naive(rankings: dict[str, list[int]], k: int) -> dict[int, float]:
@@ -242,3 +243,36 @@ def test_convex_follows_a_decisive_leg_where_rrf_sees_only_ranks():
              3: {"keyword": 3, "vector": 1}, 4: {"vector": 4}}
     assert rrf_ranks(ranks)[0][0] == 3
     assert convex(scores, ranks)[0][0] == 1
+
+
+# -- each leg's part of a hit's fused score ----------------------------------------------------
+
+@pytest.mark.parametrize("fusion", FUSIONS)
+def test_a_hits_parts_are_its_fusions_own_and_sum_to_its_score(fusion):
+    """The parts are what the fusion added up, not a formula of another fusion: for RRF
+    ``weight / (k + rank)``, for convex a leg's weight share times its normalised score."""
+    from rag_pg.hits import shape
+
+    rows = [_row(1, 1, 0.1, 2, 3.0), _row(2, 2, 0.15, 1, 9.0), _row(3, 3, 0.5, None, None),
+            _row(4, None, None, 3, 1.0)]
+    hits = shape(rows, _req("hybrid", fusion=fusion))
+    for hit in hits:
+        assert set(hit.parts) == set(hit.ranks)
+        assert sum(hit.parts.values()) == pytest.approx(hit.score, abs=1e-12)
+    by_id = {h.chunk_id: h for h in hits}
+    if fusion == "rrf":
+        assert by_id[1].parts == {"vector": 1 / 61, "keyword": 1 / 62}
+    else:  # chunk 2 is the keyword leg's best (normalised 1), chunk 4 its worst (0)
+        assert by_id[4].parts == {"keyword": 0.0}
+        assert by_id[2].parts["keyword"] > by_id[1].parts["keyword"] > 0
+    if fusion == "convex":  # equal weights: the keyword leg's best holds half the total
+        assert by_id[2].parts["keyword"] == pytest.approx(0.5)
+
+
+def test_single_leg_hits_have_their_score_as_their_one_part():
+    from rag_pg.hits import shape
+
+    rows = [_row(1, 1, 0.1, 2, 3.0), _row(2, None, None, 1, 9.0)]
+
+    assert [h.parts for h in shape(rows, _req("vector"))] == [{"vector": 0.9}]
+    assert [h.parts for h in shape(rows, _req("keyword"))] == [{"keyword": 9.0}, {"keyword": 3.0}]

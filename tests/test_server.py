@@ -205,7 +205,7 @@ def test_search_answers_what_the_cli_answers(server: Served, indexed_db: str,
     assert out.returncode == 0, out.stderr
     assert hits == json.loads(out.stdout)
     assert hits[0]["path"] == "fr/admin/sauvegardes.md"
-    assert hits[0]["ranks"] and set(hits[0]["ranks"]) <= {"vector", "keyword"}
+    assert hits[0]["ranks"] and set(hits[0]["ranks"]) <= {"vector", "keyword", "title"}
     for mode in ("keyword", "vector", "hybrid"):
         with server.client(TOKEN) as client:
             body = client.post("/search", json={"query": QUERY, "k": 2, "mode": mode,
@@ -261,15 +261,13 @@ def test_explain_gives_each_legs_rank_score_and_share(server: Served) -> None:
                                                "explain": True}).json()["hits"]
     assert [{k: v for k, v in h.items() if k not in ("legs", "fused_score")} for h in explained] == plain
     for hit in explained:
-        assert set(hit["legs"]) == set(hit["ranks"])
+        assert set(hit["legs"]) == set(hit["ranks"]) == set(hit["parts"])
         for leg, info in hit["legs"].items():
             assert info["rank"] == hit["ranks"][leg] and info["score"] == hit["scores"][leg]
+            # the share is the fusion's own part of the score (adaptive by default), not RRF's
+            assert info["share"] == pytest.approx(hit["parts"][leg] / hit["score"], abs=1e-4)
         assert sum(info["share"] for info in hit["legs"].values()) == pytest.approx(1, abs=1e-3)
         assert hit["fused_score"] == hit["score"]
-    top = explained[0]["legs"]
-    # rrf: weight / (60 + rank); equal ranks and weights share evenly, a better rank weighs more
-    if top["vector"]["rank"] == top["keyword"]["rank"]:
-        assert top["vector"]["share"] == top["keyword"]["share"] == 0.5
     assert keyword[0]["legs"] == {"keyword": {"rank": 1, "score": keyword[0]["scores"]["keyword"],
                                               "share": 1.0}}
 

@@ -203,7 +203,7 @@ def create_app(rag: RagPG, settings: Settings, *, secrets: Secrets | None = None
         """
         def go() -> dict[str, Any]:
             hits = run_search(rag, body, limits)
-            return {"hits": explain(hits, settings) if body.explain else hits}
+            return {"hits": explain(hits) if body.explain else hits}
 
         return await answer(go, model=needs_model(body, settings))
 

@@ -1,10 +1,10 @@
 """Why a search brought back what it did: each retriever's part in a hit, and where a document
 that did not come back ranked ("why not").
 
-Why it is computed here: the library reports each hit's rank and raw score per retriever; the
-share of the fused score follows from the fusion rule (``weight / (rrf_k + rank)`` summed over
-the retrievers), and "why not" is :meth:`RagPG.locate` (each retriever alone, deep, with and
-without the request's filters), told in one line.
+Why it is computed here: the library reports each hit's rank, raw score and part of the fused
+score per retriever, as the search's fusion computed them; a share is a part over their sum.
+"Why not" is :meth:`RagPG.locate` (each retriever alone, deep, with and without the request's
+filters), told in one line.
 """
 
 from __future__ import annotations
@@ -24,30 +24,27 @@ from rag_pg.serve.rules import (
 
 if TYPE_CHECKING:
     from rag_pg.api import RagPG
-    from rag_pg.config import Settings
 
 LOCATE_DEPTH = 200  # how deep "why not" looks in each retriever's list
 
 
-def legs(hit: dict[str, Any], settings: Settings) -> dict[str, dict[str, Any]]:
+def legs(hit: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """Each retriever's rank, raw score and share of the fused score for one hit (JSON)."""
-    r = settings.retrieval
-    weights = {"vector": r.vector_weight, "keyword": r.keyword_weight}
     ranks: dict[str, int] = hit.get("ranks") or {}
-    scores: dict[str, float] = hit.get("leg_scores") or hit.get("scores") or {}
-    parts = {name: weights.get(name, 1.0) / (r.rrf_k + rank) for name, rank in ranks.items()}
+    scores: dict[str, float] = hit.get("scores") or {}
+    parts: dict[str, float] = hit.get("parts") or {}
     total = sum(parts.values())
     return {
         name: {"rank": rank, "score": scores.get(name),
-               "share": round(parts[name] / total, 4) if total > 0 else None}
-        for name, rank in ranks.items()
+               "share": round(parts.get(name, 0.0) / total, 4) if total > 0 else None}
+        for name, rank in ranks.items() if name in parts
     }
 
 
-def explain(hits: list[dict[str, Any]], settings: Settings) -> list[dict[str, Any]]:
+def explain(hits: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The hits with ``legs`` added, and ``fused_score`` (the fusion's score, even when reranked)."""
     for hit in hits:
-        hit["legs"] = legs(hit, settings)
+        hit["legs"] = legs(hit)
         scores = hit.get("scores") or {}
         hit["fused_score"] = scores.get("fused", hit.get("score"))
     return hits

@@ -215,7 +215,9 @@ function legsTable(hit) {
       el("th", { scope: "col", text: "Raw score" }), el("th", { scope: "col", text: "Share of fused score" }))));
   const body = el("tbody");
   const legs = hit.legs || {};
-  for (const name of ["vector", "keyword"]) {
+  // the two retrievers always, absent or not; a title leg only where it matched
+  const names = ["vector", "keyword", ...Object.keys(legs).filter((n) => n !== "vector" && n !== "keyword")];
+  for (const name of names) {
     const leg = legs[name];
     const row = el("tr", { "data-leg": name }, el("th", { scope: "row", text: name }));
     if (!leg) {
