@@ -7,6 +7,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
+from rag_pg import injection
+
 
 @dataclass(frozen=True, slots=True)
 class Document:
@@ -112,6 +114,13 @@ class Hit:
         them since."""
         return {leg: self.scores[leg] for leg in ("vector", "keyword", "title") if leg in self.scores}
 
+    @property
+    def flags(self) -> tuple[str, ...]:
+        """What the passage holds that is written to steer a model reading it (prompt
+        injection: ``instruction_override``, ``role_tag``, ``hidden_comment``...); empty for
+        ordinary text. Read it before handing the passage to a model."""
+        return injection.scan(self.chunk.content)
+
     def to_dict(self) -> dict[str, Any]:
         """The JSON shape of a hit (``ragpg search --json``, HTTP API, MCP)."""
         data: dict[str, Any] = {
@@ -128,6 +137,7 @@ class Hit:
             "leg_scores": self.leg_scores,
             "scores": dict(self.scores),
             "parts": dict(self.parts),
+            "flags": list(self.flags),
             "url": self.url,
             "page": self.page,
             "lines": ([self.chunk.line_start, self.chunk.line_end]

@@ -16,7 +16,7 @@ from psycopg.rows import dict_row, scalar_row
 from psycopg.types.json import Jsonb
 
 from rag_pg import markdown as markdown_parser
-from rag_pg import tenancy
+from rag_pg import retry, tenancy
 from rag_pg.config import IndexSettings
 from rag_pg.errors import DimensionMismatch, StoreError
 from rag_pg.ingest_runs import RunLog
@@ -77,6 +77,8 @@ class Store(VectorIndexes, RunLog):
         self.schema = schema
         self.q = Queries(schema)
         self.index = index or IndexSettings()
+        # A foreign writer's deadlock or lock wait on the same rows is replayed, not reported.
+        self.retry = retry.DEFAULT
 
     # -- reads -------------------------------------------------------------------------
 
@@ -149,13 +151,24 @@ class Store(VectorIndexes, RunLog):
         """Replace whole documents in one transaction (a savepoint in a caller's transaction).
 
         Old chunks and vectors go, new ones come in by COPY; nothing about a document is ever
-        committed half-way. Returns the number of chunks written.
+        committed half-way. A transaction a foreign writer aborted (a deadlock, a lock wait
+        past lock_timeout, a serialization failure) is replayed: ``rag_pg.retry``. Returns the
+        number of chunks written.
         """
         for p in prepared:
             if p.vectors is not None and len(p.vectors) != len(p.chunks):
                 raise StoreError(
                     f"{p.document.path}: {len(p.chunks)} chunks but {len(p.vectors)} vectors"
                 )
+        return self.retry.run(conn, lambda: self._replace(conn, collection, prepared, model))
+
+    def _replace(
+        self,
+        conn: psycopg.Connection[Any],
+        collection: str,
+        prepared: Sequence[PreparedDocument],
+        model: str | None,
+    ) -> int:
         written = 0
         with conn.transaction():
             ids: list[int] = []
@@ -245,8 +258,12 @@ class Store(VectorIndexes, RunLog):
         """Delete documents (cascade to chunks and vectors); returns (documents, chunks)."""
         if not paths:
             return 0, 0
-        with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
-            rows = cur.execute(
-                self.q("documents_prune"), {"collection": collection, "paths": list(paths)}
-            ).fetchall()
+
+        def delete() -> list[dict[str, Any]]:
+            with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+                return cur.execute(
+                    self.q("documents_prune"), {"collection": collection, "paths": list(paths)}
+                ).fetchall()
+
+        rows = self.retry.run(conn, delete)
         return len(rows), sum(int(r["chunk_count"]) for r in rows)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, fields, replace
 
+from rag_pg.egress import EgressPolicy
 from rag_pg.errors import ConfigError
 from rag_pg.fuse import FUSIONS
 
@@ -126,6 +127,8 @@ class EmbeddingSettings:
     batch_tokens: int = 8192  # estimated tokens per request (chain-wide)
     concurrency: int = 4  # requests in flight (chain-wide)
     deadline: float = 120.0  # seconds one batch may take across retries and fallbacks
+    # Hosts and networks an embedding URL may reach; empty: any but link-local and metadata.
+    allowed_hosts: tuple[str, ...] = ()
     providers: tuple[EmbeddingSettings, ...] = ()
     # Keys a chain entry set itself (the rest inherit); filled by the config parser.
     explicit: frozenset[str] = field(default=frozenset(), compare=False, repr=False)
@@ -135,6 +138,7 @@ class EmbeddingSettings:
         # checked as a link of its chain, by the [embedding] that holds it.
         if self.explicit:
             return
+        EgressPolicy(self.allowed_hosts)  # refuses an entry that is no host, address or network
         _require([
             (self.batch_tokens <= 0, f"embedding.batch_tokens must be > 0 (got {self.batch_tokens})"),
             (not 1 <= self.concurrency <= 64, f"embedding.concurrency must be 1..64 (got {self.concurrency})"),
@@ -340,6 +344,12 @@ class ContextSettings:
     lang: str | None = None  # fr | en; None = guessed from the question
     template_fr: str | None = None  # path of a template with $sources and $question
     template_en: str | None = None
+    # A source holding prompt-injection patterns: "mark" it in its header, or "withhold" it.
+    flagged: str = "mark"
+
+    def __post_init__(self) -> None:
+        if self.flagged not in ("mark", "withhold"):
+            raise ConfigError(f"context.flagged must be mark or withhold (got {self.flagged!r})")
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,7 @@ from typing import Any
 
 from rag_pg.config import EMBEDDING_PROVIDERS, EmbeddingSettings
 from rag_pg.config.loader import environment
+from rag_pg.egress import EgressPolicy
 from rag_pg.embed.base import (
     EMBED_TYPES,
     EmbeddingProvider,
@@ -107,6 +108,7 @@ def _make_one(
             " speaking ragpg's /embed and the local model add the e5 prefixes themselves"
         )
     api_key = _api_key(settings, name, environ)
+    egress = EgressPolicy(settings.allowed_hosts)
     if kind == "http":
         if not settings.url:
             raise ConfigError(f"{name}.provider = http needs {name}.url")
@@ -117,6 +119,7 @@ def _make_one(
             timeout=settings.timeout,
             batch_size=settings.batch_size,
             api_key=api_key,
+            egress=egress,
         )
     if kind in ("openai", "ollama"):
         common: dict[str, Any] = {
@@ -127,6 +130,7 @@ def _make_one(
             "timeout": settings.timeout,
             "batch_size": settings.batch_size,
             "api_key": api_key,
+            "egress": egress,
         }
         if kind == "openai":
             return OpenAIEmbeddingProvider(

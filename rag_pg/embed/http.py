@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from rag_pg.egress import EgressPolicy
 from rag_pg.embed.base import EmbedType, check_request, type_name, validate_vectors
 from rag_pg.embed.transport import (
     DEFAULT_MAX_RESPONSE_BYTES,
@@ -48,6 +49,7 @@ class HttpEmbeddingProvider(JsonService):
         batch_size: int | None = None,
         api_key: str | None = None,
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        egress: EgressPolicy | None = None,
     ) -> None:
         if dimension is not None and dimension <= 0:
             raise ConfigError(f"embedding.dimension must be positive, got {dimension}")
@@ -59,6 +61,7 @@ class HttpEmbeddingProvider(JsonService):
             transport=transport,
             api_key=api_key,
             max_response_bytes=max_response_bytes,
+            egress=egress,
         )
         self._model = model
         self._dimension = dimension

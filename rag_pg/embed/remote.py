@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from rag_pg.egress import EgressPolicy
 from rag_pg.embed.base import EmbedType, check_request, type_name, validate_vectors
 from rag_pg.embed.transport import DEFAULT_MAX_RESPONSE_BYTES, JsonService, compact
 from rag_pg.errors import ConfigError, EmbeddingError
@@ -47,6 +48,7 @@ class _NamedModelService(JsonService):
         batch_size: int | None = None,
         api_key: str | None = None,
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        egress: EgressPolicy | None = None,
     ) -> None:
         if not model:
             raise ConfigError(f"embedding.provider = {self.kind_name()} needs embedding.model")
@@ -60,6 +62,7 @@ class _NamedModelService(JsonService):
             transport=transport,
             api_key=api_key,
             max_response_bytes=max_response_bytes,
+            egress=egress,
         )
         self._model = model
         self._dimension = dimension

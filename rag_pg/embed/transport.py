@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 
+from rag_pg.egress import EgressPolicy, EgressRefused, IPAddress, Resolver, system_resolver
 from rag_pg.embed.base import ProviderUnavailable, time_left
 from rag_pg.errors import ConfigError, EmbeddingError
 
@@ -67,13 +68,54 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
     return max(0.0, seconds)
 
 
+class GuardedTransport(httpx.BaseTransport):
+    """httpx's transport, connected only to addresses the policy allowed for that request."""
+
+    def __init__(self, policy: EgressPolicy, *, resolve: Resolver = system_resolver) -> None:
+        self._policy = policy
+        self._resolve = resolve
+        self._inner = httpx.HTTPTransport(trust_env=False)  # as the client: no SSL_CERT_* from the environment
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        url = request.url
+        host = url.host
+        port = url.port or (443 if url.scheme == "https" else 80)
+        try:
+            addresses = self._policy.addresses(host, port, self._resolve)
+        except (OSError, ValueError) as exc:
+            raise httpx.ConnectError(f"cannot resolve {host}: {exc}", request=request) from None
+        if str(addresses[0]) == host:  # an address already: nothing to pin
+            return self._inner.handle_request(request)
+        request.extensions = {**request.extensions, "sni_hostname": host}
+        for address in addresses[:-1]:
+            try:
+                return self._send_to(request, address)
+            except httpx.ConnectError:
+                continue  # the next address, as the system's own connect would
+        return self._send_to(request, addresses[-1])
+
+    def _send_to(self, request: httpx.Request, address: IPAddress) -> httpx.Response:
+        # The connection goes to the checked address; the Host header (set when the request
+        # was built) and the TLS server name stay the configured name.
+        url = request.url
+        request.url = url.copy_with(host=str(address))
+        try:
+            return self._inner.handle_request(request)
+        finally:
+            request.url = url
+
+    def close(self) -> None:
+        self._inner.close()
+
+
 class JsonService:
     """A JSON-over-HTTP service: every failure becomes one EmbeddingError kind.
 
     One ``httpx.Client`` serves all calls (kept-alive pooled connections, thread-safe, so
     several batches can be in flight); it is opened on the first call and closed by
-    :meth:`close`. Redirects are never followed, the environment's proxies and netrc are
-    ignored, and the response body is streamed under a size cap and the call's deadline, so
+    :meth:`close`. It connects only where ``egress`` allows (``rag_pg.egress``: never a
+    metadata or link-local address, the address checked is the one connected to). Redirects
+    are never followed, the environment's proxies and netrc are ignored, and the response body is streamed under a size cap and the call's deadline, so
     a hostile or broken service can neither exhaust memory nor hang an ingest. Credentials
     never appear in a message.
     """
@@ -93,8 +135,11 @@ class JsonService:
         transport: httpx.BaseTransport | None = None,
         api_key: str | None = None,
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
+        egress: EgressPolicy | None = None,
     ) -> None:
         parsed = parse_service_url(url)
+        self._egress = egress or EgressPolicy()
+        self._egress.check_literal(parsed.host)
         if api_key and any(c in api_key for c in "\r\n\0"):
             raise ConfigError("embedding.api_key holds a line break or NUL: check its value")
         if timeout <= 0:
@@ -154,6 +199,8 @@ class JsonService:
                 return self._read(response, path, deadline, budget)
         except httpx.HTTPError as exc:
             raise self._transport_failure(exc, budget, reading=False) from None
+        except EgressRefused as refused:
+            raise self._unavailable(f"was not called: {refused}", retryable=False) from None
 
     def _read(self, response: httpx.Response, path: str, deadline: float, budget: float) -> object:
         status = response.status_code
@@ -229,7 +276,8 @@ class JsonService:
                 )
             if self._http is None:
                 self._http = httpx.Client(
-                    transport=self._transport, follow_redirects=False, trust_env=False
+                    transport=self._transport or GuardedTransport(self._egress),
+                    follow_redirects=False, trust_env=False,
                 )
             return self._http
 

@@ -33,6 +33,7 @@ class HitOut(BaseModel):
         None, description="Raw score of each retriever that found it: vector (cosine similarity), keyword (BM25), title (the title leg's match, hybrid only).")
     scores: dict[str, float] = Field(description="Raw score of each retriever, plus fused and rerank once reranked.")
     parts: dict[str, float] = Field(default_factory=dict, description="Each retriever's part of the fused score, as the search's fusion computed it (they sum to it).")
+    flags: list[str] = Field(default_factory=list, description="Prompt-injection patterns the passage holds (instruction_override, role_tag, hidden_comment, hidden_html, invisible_text, exfiltration_link); empty for ordinary text.")
     url: str | None = Field(None, description="The passage's URL on the site, from the [citation] url template; null without one.")
     page: int | None = Field(None, description="The PDF page the passage is on (its anchor is page=N); null for other documents.")
     lines: list[int] | None = Field(None, description="First and last line of the file (1-based, inclusive) the passage was read from; null if not known.")

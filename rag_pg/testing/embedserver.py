@@ -90,7 +90,7 @@ class FakeEmbeddingServer:
         self.huge_bytes = 80 * 1024 * 1024
         self.honour_encoding = True
         self.requests: list[dict[str, Any]] = []
-        # Per request: API shape, model and dimensions asked, first text, Authorization header.
+        # Per request: API shape, model and dimensions asked, first text, Authorization and Host headers.
         self.details: list[dict[str, Any]] = []
         self._fault: str | None = None
         self._lock = threading.Lock()
@@ -257,6 +257,7 @@ class FakeEmbeddingServer:
                     "first": texts[0] if isinstance(texts, list) and texts else None,
                     "encoding": data.get("encoding"),
                     "authorization": handler.headers.get("Authorization"),
+                    "host": handler.headers.get("Host"),
                 }
             )
         if self.delay > 0 and self._stopping.wait(self.delay):
