@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -18,7 +17,7 @@ from rag_pg.embed.transport import (
     parse_service_url,
     redact_url,
 )
-from rag_pg.errors import ConfigError, EmbeddingError
+from rag_pg.errors import EmbeddingError
 
 if TYPE_CHECKING:
     import numpy as np
@@ -51,10 +50,6 @@ class HttpEmbeddingProvider(JsonService):
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         egress: EgressPolicy | None = None,
     ) -> None:
-        if dimension is not None and dimension <= 0:
-            raise ConfigError(f"embedding.dimension must be positive, got {dimension}")
-        if batch_size is not None and batch_size <= 0:
-            raise ConfigError(f"embedding.batch_size must be positive, got {batch_size}")
         super().__init__(
             url,
             timeout=timeout,
@@ -62,13 +57,11 @@ class HttpEmbeddingProvider(JsonService):
             api_key=api_key,
             max_response_bytes=max_response_bytes,
             egress=egress,
+            dimension=dimension,
+            batch_size=batch_size,
         )
         self._model = model
-        self._dimension = dimension
-        self._batch_size = batch_size
-        self._learn_lock = threading.Lock()
         self._learned_model: str | None = None
-        self._learned_dim: int | None = None
 
     # -- public API ---------------------------------------------------------------------------
 

@@ -4,15 +4,11 @@ from __future__ import annotations
 
 import base64
 import binascii
-import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-import httpx
-
-from rag_pg.egress import EgressPolicy
 from rag_pg.embed.base import EmbedType, check_request, type_name, validate_vectors
-from rag_pg.embed.transport import DEFAULT_MAX_RESPONSE_BYTES, JsonService, compact
+from rag_pg.embed.transport import JsonService, compact
 from rag_pg.errors import ConfigError, EmbeddingError
 
 if TYPE_CHECKING:
@@ -40,36 +36,16 @@ class _NamedModelService(JsonService):
         url: str,
         *,
         model: str | None,
-        dimension: int | None = None,
         query_prefix: str = "",
         passage_prefix: str = "",
-        timeout: float = 30.0,
-        transport: httpx.BaseTransport | None = None,
-        batch_size: int | None = None,
-        api_key: str | None = None,
-        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
-        egress: EgressPolicy | None = None,
+        **options: Any,
     ) -> None:
+        """``options``: :class:`JsonService`'s (timeout, transport, api_key, dimension, ...)."""
         if not model:
             raise ConfigError(f"embedding.provider = {self.kind_name()} needs embedding.model")
-        if dimension is not None and dimension <= 0:
-            raise ConfigError(f"embedding.dimension must be positive, got {dimension}")
-        if batch_size is not None and batch_size <= 0:
-            raise ConfigError(f"embedding.batch_size must be positive, got {batch_size}")
-        super().__init__(
-            url,
-            timeout=timeout,
-            transport=transport,
-            api_key=api_key,
-            max_response_bytes=max_response_bytes,
-            egress=egress,
-        )
+        super().__init__(url, **options)
         self._model = model
-        self._dimension = dimension
         self._prefixes = {"query": query_prefix, "passage": passage_prefix}
-        self._batch_size = batch_size
-        self._learn_lock = threading.Lock()
-        self._learned_dim: int | None = None
         self._echoed_model: str | None = None
 
     @classmethod

@@ -136,7 +136,13 @@ class JsonService:
         api_key: str | None = None,
         max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
         egress: EgressPolicy | None = None,
+        dimension: int | None = None,
+        batch_size: int | None = None,
     ) -> None:
+        if dimension is not None and dimension <= 0:
+            raise ConfigError(f"embedding.dimension must be positive, got {dimension}")
+        if batch_size is not None and batch_size <= 0:
+            raise ConfigError(f"embedding.batch_size must be positive, got {batch_size}")
         parsed = parse_service_url(url)
         self._egress = egress or EgressPolicy()
         self._egress.check_literal(parsed.host)
@@ -164,6 +170,11 @@ class JsonService:
         self._lock = threading.Lock()
         self._http: httpx.Client | None = None
         self._closed = False
+        # The vectors' shape: configured, else learned from the service's first answer.
+        self._dimension = dimension
+        self._batch_size = batch_size
+        self._learn_lock = threading.Lock()
+        self._learned_dim: int | None = None
 
     def close(self) -> None:
         """Close the pooled connections; later calls fail as unavailable."""
