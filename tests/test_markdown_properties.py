@@ -10,13 +10,19 @@ scaffolding never does, titles are plain text, and no chunk passes the cap.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from markdown_it.rules_core import StateCore
+from markdown_it.rules_core.inline import inline as markdown_it_inline
 
 from rag_pg.chunk import CHARS_PER_TOKEN_CAP, Chunker
+from rag_pg.markdown import dialects
+from rag_pg.markdown import outline as outline_module
 from rag_pg.markdown.checks import DIRTY_TITLE, balanced, mid_line_fences, prose_lines
+from rag_pg.markdown.dialects import markdown_parser
 from rag_pg.models import Document
 
 PROPERTIES = settings(max_examples=80, deadline=None)
@@ -192,3 +198,33 @@ def test_titles_are_plain_text(
         assert not DIRTY_TITLE.search(title), title
         assert "<" not in title.replace("<code>", ""), title
         assert "{" not in title, title
+
+
+def _chunks_with_inline_stage(page: Page, body: str, bounds: tuple[int, int, int | None],
+                              stage: Callable[[StateCore], None]) -> list[tuple[str, str, str]]:
+    parser = markdown_parser(page.mdx)
+    parser.core.ruler.at("inline", stage)
+    outline_module.outline.cache_clear()
+    outline_module._parse.cache_clear()
+    try:
+        chunker = Chunker(*bounds)
+        path = "page.mdx" if page.mdx else "page.md"
+        document = Document(path=path, title="Page", content=body, content_hash="0" * 64)
+        return [(c.section, c.anchor, c.content) for c in chunker.chunk(document)]
+    finally:
+        parser.core.ruler.at("inline", dialects._inline_headings)
+        outline_module.outline.cache_clear()
+        outline_module._parse.cache_clear()
+
+
+@given(pages(), BOUNDS)
+@PROPERTIES
+def test_parsing_only_the_headings_inline_changes_no_chunk(
+    generated: tuple[Page, str], bounds: tuple[int, int, int | None]
+) -> None:
+    # The parser skips the inline trees of every block but headings; markdown-it's own inline
+    # stage, which parses them all, must give the same sections, anchors and texts.
+    page, body = generated
+    ours = _chunks_with_inline_stage(page, body, bounds, dialects._inline_headings)
+    assert ours == _chunks_with_inline_stage(page, body, bounds, markdown_it_inline)
+    assert ours

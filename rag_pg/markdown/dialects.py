@@ -121,6 +121,20 @@ def _heading_attributes(state: StateCore) -> None:
             tokens[index - 1].attrSet("id", identifier)
 
 
+def _inline_headings(state: StateCore) -> None:
+    """markdown-it's inline stage, for headings only. A heading's text is read from its inline
+    tree (its title, its slug); every other block is read from its source lines, so parsing
+    the inline trees of paragraphs, lists and tables would cost half of a page's parse for
+    nothing. The other inline tokens keep their content and get no children."""
+    tokens = state.tokens
+    for index, token in enumerate(tokens):
+        if token.type != "inline":
+            continue
+        token.children = []
+        if index and tokens[index - 1].type == "heading_open":
+            state.md.inline.parse(token.content, state.md, state.env, token.children)
+
+
 @lru_cache(maxsize=2)
 def markdown_parser(mdx: bool = False) -> MarkdownIt:
     """Built once per dialect: plugin set-up costs more than parsing a page.
@@ -137,4 +151,5 @@ def markdown_parser(mdx: bool = False) -> MarkdownIt:
         "fence", "tabbed", _tabbed, {"alt": ["paragraph", "reference", "blockquote", "list"]}
     )
     md.core.ruler.before("inline", "heading_attributes", _heading_attributes)
+    md.core.ruler.at("inline", _inline_headings)
     return md
