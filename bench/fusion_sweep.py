@@ -51,17 +51,37 @@ def dump(args: argparse.Namespace) -> None:
                 "keyword": rag.search(keyword_text(question.query), DEPTH, mode="keyword",
                                       collection=args.collection),
             }
+            ids = sorted({h.chunk_id for found in legs.values() for h in found})
+            phrases = _phrases(rag, keyword_text(question.query), ids)
             record = {"query": question.query, "relevant": list(question.relevant),
                       "legs": {leg: [{"chunk_id": h.chunk_id, "document_id": h.document_id,
                                       "path": relative(h.path), "anchor": h.chunk.anchor,
                                       "section": h.chunk.section, "title": h.chunk.document_title,
-                                      "rank": h.ranks[leg], "score": h.scores[leg]}
+                                      "rank": h.ranks[leg], "score": h.scores[leg],
+                                      "phrases": phrases.get(h.chunk_id or 0, ([], 0))}
                                      for h in hits]
                                for leg, hits in legs.items()}}
             out.write(json.dumps(record, ensure_ascii=False) + "\n")
             if n % 50 == 0:
                 print(f"{n}/{len(questions)} {time.time() - started:.0f}s", file=sys.stderr)
     out.close()
+
+
+def _phrases(rag: Any, text: str, ids: list[int]) -> dict[int, tuple[list[str], int]]:
+    """Each chunk's phrases of the question and their number, as the hybrid statement reads
+    them (its ``search_phrases`` fragments), for the phrase leg."""
+    from psycopg import sql
+
+    from rag_pg.bm25 import keyword_query
+    from rag_pg.search import LANGUAGES, phrase_windows
+
+    q = rag.searcher.q
+    statement = sql.SQL("WITH {} SELECT c.id, {} FROM {}.chunk c WHERE c.id = ANY(%(ids)s)").format(
+        q("search_phrases"), q("search_phrases_held"), sql.Identifier(q.schema))
+    params = {"phrase_windows": phrase_windows(keyword_query(text).text), "ids": ids,
+              "ts_configs": [q.config(lang) for lang in LANGUAGES]}
+    with rag.source.connection() as conn:
+        return {row[0]: (row[1], row[2]) for row in conn.execute(statement, params)}
 
 
 def candidates(record: Mapping[str, Any]) -> tuple[list[Candidate], dict[int, tuple[str, str]]]:
@@ -74,6 +94,8 @@ def candidates(record: Mapping[str, Any]) -> tuple[list[Candidate], dict[int, tu
                 "chunk_id": h["chunk_id"], "document_id": h["document_id"], "path": h["path"],
                 "anchor": h["anchor"], "section": h["section"], "title": h["title"]})
             where[h["chunk_id"]] = (h["path"], h["anchor"])
+            if "phrases" in h:  # dumps before the phrase leg have none
+                row.update(phrases_held=h["phrases"][0], phrases_asked=h["phrases"][1])
             if leg == "vector":
                 row.update(vector_rank=h["rank"], distance=1.0 - h["score"])
             else:
@@ -157,15 +179,19 @@ RULES = {"mean": _top_gap(None), "gap1": _top_gap(1), "gap5": _top_gap(5), "gap1
 
 def configure(name: str) -> dict[str, Any]:
     """``adaptive/p<power>/<rule>`` sets :mod:`rag_pg.fuse`'s power and decisiveness rule
-    (``w<v>:<k>`` fixed leg weights, ``t<w>`` the title weight), then returns the plan's fields."""
+    (``w<v>:<k>`` fixed leg weights, ``t<w>`` the title weight, ``phrase<w>`` the phrase
+    leg's), then returns the plan's fields."""
     from rag_pg import fuse, hits
     fuse.ADAPTIVE_POWER = 1.0
     fuse.decisiveness = RULES["mean"]
     hits.TITLE_WEIGHT = 0.5
+    hits.PHRASE_WEIGHT = 0.5
     base, *options = name.split("/")
     plan = dict(SETTINGS[base])
     for option in options:
-        if option.startswith("p"):
+        if option.startswith("phrase"):
+            hits.PHRASE_WEIGHT = float(option[len("phrase"):])
+        elif option.startswith("p"):
             fuse.ADAPTIVE_POWER = float(option[1:])
         elif option.startswith("w"):
             v, k = option[1:].split(":")

@@ -22,7 +22,7 @@ FUSIONS = ("rrf", "convex", "adaptive")
 #: How strongly :func:`adaptive` follows the legs' decisiveness (0: the fixed weights, i.e.
 #: :func:`convex`). docs/retrieval.md: measurements.
 ADAPTIVE_POWER = 1.0
-#: The legs :func:`adaptive` reweighs per query (a title leg keeps its fixed weight).
+#: The legs :func:`adaptive` reweighs per query (the title and phrase legs keep their fixed weights).
 ADAPTIVE_LEGS = ("vector", "keyword")
 
 
@@ -180,7 +180,7 @@ def adaptive_weights(
     """This query's weights for :func:`adaptive`: the legs of :data:`ADAPTIVE_LEGS` share
     their combined weight in proportion to ``weight * decisiveness ** power`` of their own
     score lists (``power`` defaults to :data:`ADAPTIVE_POWER`; 0 keeps the fixed weights).
-    The legs' total weight is unchanged, so another leg (a title leg) keeps its share. When
+    The legs' total weight is unchanged, so another leg (title, phrase) keeps its share. When
     no reweighed leg orders anything (every list flat), the fixed weights apply."""
     power = ADAPTIVE_POWER if power is None else power
     if power < 0:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from rag_pg.fields import title_scores
 from rag_pg.fuse import adaptive_weights, cap_per_document, convex_parts, ordered, rrf_parts
 from rag_pg.models import Chunk, Hit
+from rag_pg.phrases import phrase_scores
 
 if TYPE_CHECKING:
     from rag_pg.search import SearchPlan
@@ -19,6 +20,12 @@ Reranker = Callable[[list[Hit]], list[Hit]]
 #: Weight of the title leg in a hybrid search beside the vector and keyword legs' (a plan's
 #: ``weights["title"]`` overrides it; 0 turns it off). docs/retrieval.md: measurements.
 TITLE_WEIGHT = 0.5
+#: Weight of the phrase leg (:mod:`rag_pg.phrases`), the same as the title leg's; a plan's
+#: ``weights["phrase"]`` overrides it, 0 turns it off. docs/retrieval.md: measurements.
+PHRASE_WEIGHT = 0.5
+#: Legs scored on a fixed scale (0 to 1), not min-max normalised over the candidates: a
+#: candidate without the heading's words or the question's phrases has none of the leg.
+_ABSOLUTE = ("title", "phrase")
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +52,8 @@ class Candidate:
     collection: str = "default"
     window_chunks: list[dict[str, Any]] | None = None
     expanded: Any = None
+    phrases_held: list[str] | None = None  # hybrid: the question's phrases the chunk holds
+    phrases_asked: int | None = None  # hybrid: how many phrases the question has
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,14 +79,15 @@ def ranked(rows: Sequence[Candidate], plan: SearchPlan) -> list[Ranked]:
     by_id = {c.chunk_id: c for c in rows}
     ranks = {c.chunk_id: _leg_ranks(c) for c in sorted(rows, key=_by_best_rank)}
     scores = {c.chunk_id: _leg_scores(c) for c in rows}
-    weights = {"title": TITLE_WEIGHT, **plan.weights}
-    legs = ("vector", "keyword", "title") if _title_leg(rows, plan, ranks, scores, weights) \
-        else ("vector", "keyword")
+    weights = {"title": TITLE_WEIGHT, "phrase": PHRASE_WEIGHT, **plan.weights}
+    legs = ("vector", "keyword",
+            *(("title",) if _title_leg(rows, plan, ranks, scores, weights) else ()),
+            *(("phrase",) if _phrase_leg(rows, ranks, scores, weights) else ()))
     if plan.fusion == "convex":
-        parts = convex_parts(scores, weights=weights, legs=legs, absolute=("title",))
+        parts = convex_parts(scores, weights=weights, legs=legs, absolute=_ABSOLUTE)
     elif plan.fusion == "adaptive":
-        mine = adaptive_weights(scores, weights=weights, legs=legs, absolute=("title",))
-        parts = convex_parts(scores, weights=mine, legs=legs, absolute=("title",))
+        mine = adaptive_weights(scores, weights=weights, legs=legs, absolute=_ABSOLUTE)
+        parts = convex_parts(scores, weights=mine, legs=legs, absolute=_ABSOLUTE)
     else:
         parts = rrf_parts(ranks, k=plan.rrf_k, weights=weights)
     return [Ranked(by_id[chunk_id], score, ranks[chunk_id], scores[chunk_id], parts[chunk_id])
@@ -104,6 +114,21 @@ def _title_leg(rows: Sequence[Candidate], plan: SearchPlan, ranks: dict[int, dic
             sorted(found.items(), key=lambda kv: (-kv[1], kv[0])), start=1):
         ranks[chunk_id]["title"] = rank
         scores[chunk_id]["title"] = value
+    return bool(found)
+
+
+def _phrase_leg(rows: Sequence[Candidate], ranks: dict[int, dict[str, int]],
+                scores: dict[int, dict[str, float]], weights: Mapping[str, float]) -> bool:
+    """Adds the phrase leg (see :mod:`rag_pg.phrases`) as :func:`_title_leg` adds its own;
+    whether there is one (a weight, and a candidate holding a phrase of the question)."""
+    if not weights["phrase"]:
+        return False
+    found = phrase_scores({c.chunk_id: c.phrases_held or () for c in rows},
+                          {c.chunk_id: c.phrases_asked or 0 for c in rows})
+    for rank, (chunk_id, value) in enumerate(
+            sorted(found.items(), key=lambda kv: (-kv[1], kv[0])), start=1):
+        ranks[chunk_id]["phrase"] = rank
+        scores[chunk_id]["phrase"] = value
     return bool(found)
 
 

@@ -79,8 +79,9 @@ class Hit:
     """A retrieved chunk with its provenance and score (higher is better).
 
     ``ranks`` holds the 1-based rank of the chunk in each retriever that found it
-    (``{"vector": 3, "keyword": 1}``, and ``title`` in a hybrid search whose title leg matched
-    it); ``scores`` the raw score of each retriever (cosine similarity, BM25, title match),
+    (``{"vector": 3, "keyword": 1}``, and ``title`` / ``phrase`` in a hybrid search whose title
+    or phrase leg matched it); ``scores`` the raw score of each retriever (cosine similarity,
+    BM25, title match, phrase match),
     plus ``fused`` and ``rerank`` once a reranker has scored the hit; ``parts`` each
     retriever's part of the fused score, as the search's fusion computed it (they sum to it).
     """
@@ -110,9 +111,10 @@ class Hit:
     @property
     def leg_scores(self) -> dict[str, float]:
         """The raw score of each leg that found the chunk: ``vector`` (cosine similarity),
-        ``keyword`` (BM25) and ``title`` (the title leg's match), whatever fused or reranked
-        them since."""
-        return {leg: self.scores[leg] for leg in ("vector", "keyword", "title") if leg in self.scores}
+        ``keyword`` (BM25), ``title`` and ``phrase`` (the title and phrase legs' matches),
+        whatever fused or reranked them since."""
+        return {leg: self.scores[leg] for leg in ("vector", "keyword", "title", "phrase")
+                if leg in self.scores}
 
     @property
     def flags(self) -> tuple[str, ...]:

@@ -13,7 +13,7 @@ from psycopg import sql
 from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
 
-from rag_pg.bm25 import BM25Params, keyword_query
+from rag_pg.bm25 import MAX_QUERY_WORDS, BM25Params, keyword_query
 from rag_pg.errors import ConfigError
 from rag_pg.fuse import FUSIONS
 from rag_pg.hits import Candidate, Reranker, shape
@@ -117,6 +117,15 @@ def unfiltered(path_prefix: str | None, front_matter: Mapping[str, Any] | None,
     """Whether a search with these filters spans its whole collection."""
     return not (normalise_prefix(path_prefix) or front_matter
                 or level is not None or node_type is not None)
+
+
+def phrase_windows(text: str) -> list[str]:
+    """The runs of two to four consecutive words of ``text`` (words as the keyword leg splits
+    them, the first ``MAX_QUERY_WORDS``), each once: the windows the search statement turns
+    into the question's phrases."""
+    words = text.split()[:MAX_QUERY_WORDS]
+    windows = (" ".join(words[i:i + n]) for n in (2, 3, 4) for i in range(len(words) - n + 1))
+    return list(dict.fromkeys(windows))
 
 
 def validate(plan: SearchPlan) -> None:
@@ -248,7 +257,10 @@ class Searcher:
         expanded = (
             self._sql(f"search_expand_{plan.expand}") if plan.expand else sql.SQL("NULL::jsonb")
         )
-        final = self._sql("search_select", window=window, expanded=expanded,
+        if plan.mode == "hybrid":
+            ctes.append(self._sql("search_phrases"))
+        phrases = self._sql("search_phrases_held" if plan.mode == "hybrid" else "search_phrases_none")
+        final = self._sql("search_select", window=window, expanded=expanded, phrases=phrases,
                           candidates_of=self._sql(f"search_candidates_{plan.mode}"))
         return sql.SQL("WITH ") + sql.SQL(",\n").join(ctes) + sql.SQL("\n") + final
 
@@ -271,6 +283,8 @@ class Searcher:
             params["kw_text"] = kq.text
             params["kwq"] = kq.prefilter
             params["ts_configs"] = [self.q.config(lang) for lang in LANGUAGES]
+            if plan.mode == "hybrid":
+                params["phrase_windows"] = phrase_windows(kq.text)
             params["ts_languages"] = list(LANGUAGES)
             params["k1"] = plan.bm25.k1
             params["b"] = plan.bm25.b

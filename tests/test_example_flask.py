@@ -84,7 +84,7 @@ def test_cli_command_ingests_and_the_view_searches(app: Any, corpus: Path) -> No
     hits = body["hits"]
     assert len(hits) == 3
     assert hits[0]["path"] == "fr/admin/sauvegardes.md"
-    assert set(hits[0]["ranks"]) <= {"vector", "keyword", "title"} and hits[0]["ranks"]
+    assert set(hits[0]["ranks"]) <= {"vector", "keyword", "title", "phrase"} and hits[0]["ranks"]
     for hit in hits:
         assert {"path", "title", "section", "anchor", "position", "score", "content", "collection"} <= set(hit)
     assert [h["score"] for h in hits] == sorted((h["score"] for h in hits), reverse=True)

@@ -205,7 +205,7 @@ def test_search_answers_what_the_cli_answers(server: Served, indexed_db: str,
     assert out.returncode == 0, out.stderr
     assert hits == json.loads(out.stdout)
     assert hits[0]["path"] == "fr/admin/sauvegardes.md"
-    assert hits[0]["ranks"] and set(hits[0]["ranks"]) <= {"vector", "keyword", "title"}
+    assert hits[0]["ranks"] and set(hits[0]["ranks"]) <= {"vector", "keyword", "title", "phrase"}
     for mode in ("keyword", "vector", "hybrid"):
         with server.client(TOKEN) as client:
             body = client.post("/search", json={"query": QUERY, "k": 2, "mode": mode,

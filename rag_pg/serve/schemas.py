@@ -30,7 +30,7 @@ class HitOut(BaseModel):
     token_count: int
     ranks: dict[str, int] = Field(description="1-based rank in each retriever that found the chunk.")
     leg_scores: dict[str, float] | None = Field(
-        None, description="Raw score of each retriever that found it: vector (cosine similarity), keyword (BM25), title (the title leg's match, hybrid only).")
+        None, description="Raw score of each retriever that found it: vector (cosine similarity), keyword (BM25), title and phrase (the title and phrase legs' matches, hybrid only).")
     scores: dict[str, float] = Field(description="Raw score of each retriever, plus fused and rerank once reranked.")
     parts: dict[str, float] = Field(default_factory=dict, description="Each retriever's part of the fused score, as the search's fusion computed it (they sum to it).")
     flags: list[str] = Field(default_factory=list, description="Prompt-injection patterns the passage holds (instruction_override, role_tag, hidden_comment, hidden_html, invisible_text, exfiltration_link); empty for ordinary text.")

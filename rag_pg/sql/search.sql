@@ -333,10 +333,37 @@ JOIN {schema}.document d ON d.id = c.document_id AND d.collection = c.collection
 SELECT c.id AS chunk_id, cand.vector_rank, cand.distance, cand.keyword_rank, cand.keyword_score,
        c.position, c.section, c.anchor, c.content, c.token_count, c.content_hash,
        c.line_start, c.line_end, d.id AS document_id, d.path, d.title, d.collection,
-       {window} AS window_chunks, {expanded} AS expanded
+       {window} AS window_chunks, {expanded} AS expanded, {phrases}
 FROM ({candidates_of}) cand
 JOIN {schema}.chunk c ON c.id = cand.chunk_id AND c.collection = %(collection)s
 JOIN {schema}.document d ON d.id = c.document_id AND d.collection = c.collection
+
+-- name: search_phrases
+-- Hybrid: the question's word pairs as phrases, in each text search configuration: two
+-- neighbouring lexemes of the question, as far apart as they are in it (a stop-word between
+-- them counts, as phraseto_tsquery counts it). The windows are the question's runs of two to
+-- four words (search.phrase_windows), so that one or two stop-words may separate a pair; a
+-- window that holds one lexeme, or three, is not a pair. An array parameter, not a series
+-- computed from the text: the generic plan then knows the windows are few, and is reused.
+phrases AS MATERIALIZED (
+    SELECT DISTINCT g.config, p.q
+    FROM unnest(%(ts_configs)s::regconfig[]) AS g(config)
+    CROSS JOIN unnest(%(phrase_windows)s::text[]) AS w(words)
+    CROSS JOIN LATERAL phraseto_tsquery(g.config, w.words) AS p(q)
+    WHERE numnode(p.q) = 3
+)
+
+-- name: search_phrases_held
+-- Each candidate's phrases of the question (its own configuration's), and how many the
+-- question has in that configuration: the phrase leg (rag_pg.phrases). The CASE matches a
+-- chunk's tsvector against its own configuration's phrases only.
+ARRAY(SELECT p.q::text FROM phrases p
+      WHERE CASE WHEN p.config = c.ts_config THEN c.tsv @@ p.q ELSE false END ORDER BY 1)
+    AS phrases_held,
+(SELECT count(*) FROM phrases p WHERE p.config = c.ts_config)::integer AS phrases_asked
+
+-- name: search_phrases_none
+NULL::text[] AS phrases_held, NULL::integer AS phrases_asked
 
 -- name: search_candidates_hybrid
 SELECT coalesce(v.chunk_id, k.chunk_id) AS chunk_id, v.rank AS vector_rank, v.distance,

@@ -227,11 +227,21 @@ kw_ranked AS (
     WHERE doc_rank <= 40
     ORDER BY rank
     LIMIT 40
+),
+phrases AS MATERIALIZED (
+    SELECT DISTINCT g.config, p.q
+    FROM unnest(%(ts_configs)s::regconfig[]) AS g(config)
+    CROSS JOIN unnest(%(phrase_windows)s::text[]) AS w(words)
+    CROSS JOIN LATERAL phraseto_tsquery(g.config, w.words) AS p(q)
+    WHERE numnode(p.q) = 3
 )
 SELECT c.id AS chunk_id, cand.vector_rank, cand.distance, cand.keyword_rank, cand.keyword_score,
        c.position, c.section, c.anchor, c.content, c.token_count, c.content_hash,
        c.line_start, c.line_end, d.id AS document_id, d.path, d.title, d.collection,
-       NULL::jsonb AS window_chunks, NULL::jsonb AS expanded
+       NULL::jsonb AS window_chunks, NULL::jsonb AS expanded, ARRAY(SELECT p.q::text FROM phrases p
+      WHERE CASE WHEN p.config = c.ts_config THEN c.tsv @@ p.q ELSE false END ORDER BY 1)
+    AS phrases_held,
+(SELECT count(*) FROM phrases p WHERE p.config = c.ts_config)::integer AS phrases_asked
 FROM (SELECT coalesce(v.chunk_id, k.chunk_id) AS chunk_id, v.rank AS vector_rank, v.distance,
        k.rank AS keyword_rank, k.score AS keyword_score
 FROM vec_ranked v FULL JOIN kw_ranked k ON k.chunk_id = v.chunk_id) cand

@@ -129,7 +129,7 @@ SELECT c.id AS chunk_id, cand.vector_rank, cand.distance, cand.keyword_rank, can
                                      'anchor', w.anchor, 'content', w.content) ORDER BY w.position)
  FROM "ragpg".chunk w
  WHERE w.document_id = c.document_id AND w.collection = c.collection
-   AND w.position BETWEEN c.position - %(neighbours)s AND c.position + %(neighbours)s) AS window_chunks, NULL::jsonb AS expanded
+   AND w.position BETWEEN c.position - %(neighbours)s AND c.position + %(neighbours)s) AS window_chunks, NULL::jsonb AS expanded, NULL::text[] AS phrases_held, NULL::integer AS phrases_asked
 FROM (SELECT k.chunk_id, NULL::bigint AS vector_rank, NULL::float8 AS distance,
        k.rank AS keyword_rank, k.score AS keyword_score
 FROM kw_ranked k) cand

@@ -51,7 +51,7 @@ kw_ranked AS (
 SELECT c.id AS chunk_id, cand.vector_rank, cand.distance, cand.keyword_rank, cand.keyword_score,
        c.position, c.section, c.anchor, c.content, c.token_count, c.content_hash,
        c.line_start, c.line_end, d.id AS document_id, d.path, d.title, d.collection,
-       NULL::jsonb AS window_chunks, NULL::jsonb AS expanded
+       NULL::jsonb AS window_chunks, NULL::jsonb AS expanded, NULL::text[] AS phrases_held, NULL::integer AS phrases_asked
 FROM (SELECT k.chunk_id, NULL::bigint AS vector_rank, NULL::float8 AS distance,
        k.rank AS keyword_rank, k.score AS keyword_score
 FROM kw_ranked k) cand

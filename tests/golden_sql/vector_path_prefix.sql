@@ -42,7 +42,7 @@ vec_ranked AS (
 SELECT c.id AS chunk_id, cand.vector_rank, cand.distance, cand.keyword_rank, cand.keyword_score,
        c.position, c.section, c.anchor, c.content, c.token_count, c.content_hash,
        c.line_start, c.line_end, d.id AS document_id, d.path, d.title, d.collection,
-       NULL::jsonb AS window_chunks, NULL::jsonb AS expanded
+       NULL::jsonb AS window_chunks, NULL::jsonb AS expanded, NULL::text[] AS phrases_held, NULL::integer AS phrases_asked
 FROM (SELECT v.chunk_id, v.rank AS vector_rank, v.distance, NULL::bigint AS keyword_rank,
        NULL::float8 AS keyword_score
 FROM vec_ranked v) cand
