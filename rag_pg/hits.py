@@ -110,11 +110,7 @@ def _title_leg(rows: Sequence[Candidate], plan: SearchPlan, ranks: dict[int, dic
     if not weights["title"]:
         return False
     found = title_scores(plan.query_text, {c.chunk_id: (c.section, c.title) for c in rows})
-    for rank, (chunk_id, value) in enumerate(
-            sorted(found.items(), key=lambda kv: (-kv[1], kv[0])), start=1):
-        ranks[chunk_id]["title"] = rank
-        scores[chunk_id]["title"] = value
-    return bool(found)
+    return _add_leg("title", found, ranks, scores)
 
 
 def _phrase_leg(rows: Sequence[Candidate], ranks: dict[int, dict[str, int]],
@@ -125,10 +121,17 @@ def _phrase_leg(rows: Sequence[Candidate], ranks: dict[int, dict[str, int]],
         return False
     found = phrase_scores({c.chunk_id: c.phrases_held or () for c in rows},
                           {c.chunk_id: c.phrases_asked or 0 for c in rows})
+    return _add_leg("phrase", found, ranks, scores)
+
+
+def _add_leg(leg: str, found: Mapping[int, float], ranks: dict[int, dict[str, int]],
+             scores: dict[int, dict[str, float]]) -> bool:
+    """A leg scored on the candidates themselves joins their ranks (best score first, ties by
+    chunk id) and scores; whether it scored any."""
     for rank, (chunk_id, value) in enumerate(
             sorted(found.items(), key=lambda kv: (-kv[1], kv[0])), start=1):
-        ranks[chunk_id]["phrase"] = rank
-        scores[chunk_id]["phrase"] = value
+        ranks[chunk_id][leg] = rank
+        scores[chunk_id][leg] = value
     return bool(found)
 
 

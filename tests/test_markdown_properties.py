@@ -146,11 +146,14 @@ BOUNDS = st.integers(min_value=6, max_value=80).flatmap(
 )
 
 
+def page_document(page: Page, body: str) -> Document:
+    path = "page.mdx" if page.mdx else "page.md"
+    return Document(path=path, title="Page", content=body, content_hash="0" * 64)
+
+
 def chunk_page(page: Page, body: str, bounds: tuple[int, int, int | None]) -> tuple[Chunker, list[str], list[str]]:
     chunker = Chunker(*bounds)
-    path = "page.mdx" if page.mdx else "page.md"
-    document = Document(path=path, title="Page", content=body, content_hash="0" * 64)
-    chunks = chunker.chunk(document)
+    chunks = chunker.chunk(page_document(page, body))
     return chunker, [c.content for c in chunks], [c.section for c in chunks]
 
 
@@ -207,10 +210,8 @@ def _chunks_with_inline_stage(page: Page, body: str, bounds: tuple[int, int, int
     outline_module.outline.cache_clear()
     outline_module._parse.cache_clear()
     try:
-        chunker = Chunker(*bounds)
-        path = "page.mdx" if page.mdx else "page.md"
-        document = Document(path=path, title="Page", content=body, content_hash="0" * 64)
-        return [(c.section, c.anchor, c.content) for c in chunker.chunk(document)]
+        chunks = Chunker(*bounds).chunk(page_document(page, body))
+        return [(c.section, c.anchor, c.content) for c in chunks]
     finally:
         parser.core.ruler.at("inline", dialects._inline_headings)
         outline_module.outline.cache_clear()
