@@ -270,6 +270,7 @@ class Searcher:
             "collection": plan.collection,
             "path_prefix": prefix,
             "path_prefix_dir": f"{prefix}/" if prefix else None,
+            "path_prefix_end": f"{prefix}0" if prefix else None,
             "front_matter": Jsonb(dict(plan.front_matter)) if plan.front_matter else None,
             "level": plan.level,
             "node_type": plan.node_type,

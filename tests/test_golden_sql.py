@@ -96,5 +96,5 @@ def test_shapes_differ_where_the_plan_does() -> None:
     assert "vec_scope" not in texts["vector_collection"]  # the whole-collection scan alone
     assert "LIMIT 10" in texts["vector_collection"]  # row counts are literals
     assert "kw_ranked" not in texts["vector_collection"] and "vec_ranked" not in texts["keyword"]
-    for clause in ("starts_with(d.path", "d.front_matter @>", "d.level =", "d.node_type ="):
+    for clause in ("d.path COLLATE \"C\" >=", "d.front_matter @>", "d.level =", "d.node_type ="):
         assert clause in texts["hybrid_filtered"] and clause not in texts["hybrid"]

@@ -425,7 +425,11 @@ CASE WHEN row_number() OVER (PARTITION BY d.id ORDER BY c.id) = 1 THEN (
 d.collection = %(collection)s
 
 -- name: search_filter_path_prefix
-(d.path = %(path_prefix)s OR starts_with(d.path, %(path_prefix_dir)s))
+-- The document at the prefix, or one under it: in byte order the paths that start with
+-- "docs/ops/" are those in ["docs/ops/", "docs/ops0") ("0" follows "/"), a range of the
+-- (collection, path COLLATE "C") index, so only the matching documents are read.
+(d.path = %(path_prefix)s
+ OR (d.path COLLATE "C" >= %(path_prefix_dir)s AND d.path COLLATE "C" < %(path_prefix_end)s))
 
 -- name: search_filter_front_matter
 -- Every key must match: equal (containment for lists and objects), or, for a scalar, be one

@@ -2,7 +2,8 @@ WITH vec_scope AS (
     SELECT coalesce(sum(s.chunk_count), 0) <= 5000 AS exact
     FROM (SELECT d.chunk_count FROM "ragpg".document d
           WHERE d.embed AND d.chunk_count > 0 AND d.collection = %(collection)s
-      AND (d.path = %(path_prefix)s OR starts_with(d.path, %(path_prefix_dir)s))
+      AND (d.path = %(path_prefix)s
+ OR (d.path COLLATE "C" >= %(path_prefix_dir)s AND d.path COLLATE "C" < %(path_prefix_end)s))
       AND NOT EXISTS (
     SELECT 1 FROM jsonb_each(%(front_matter)s::jsonb) AS f(key, value)
     WHERE NOT (d.front_matter @> jsonb_build_object(f.key, f.value)
@@ -20,7 +21,8 @@ vec_ann AS MATERIALIZED (
     JOIN "ragpg".chunk c ON c.id = cv.chunk_id AND c.collection = cv.collection
     JOIN "ragpg".document d ON d.id = c.document_id AND d.collection = c.collection
     WHERE cv.collection = %(collection)s AND cv.model = 'fake-bow-64' AND d.collection = %(collection)s
-      AND (d.path = %(path_prefix)s OR starts_with(d.path, %(path_prefix_dir)s))
+      AND (d.path = %(path_prefix)s
+ OR (d.path COLLATE "C" >= %(path_prefix_dir)s AND d.path COLLATE "C" < %(path_prefix_end)s))
       AND NOT EXISTS (
     SELECT 1 FROM jsonb_each(%(front_matter)s::jsonb) AS f(key, value)
     WHERE NOT (d.front_matter @> jsonb_build_object(f.key, f.value)
@@ -41,7 +43,8 @@ vec_exact AS MATERIALIZED (
     JOIN "ragpg".chunk_vector cv
       ON cv.chunk_id = c.id AND cv.collection = c.collection AND cv.model = 'fake-bow-64'
     WHERE d.collection = %(collection)s
-      AND (d.path = %(path_prefix)s OR starts_with(d.path, %(path_prefix_dir)s))
+      AND (d.path = %(path_prefix)s
+ OR (d.path COLLATE "C" >= %(path_prefix_dir)s AND d.path COLLATE "C" < %(path_prefix_end)s))
       AND NOT EXISTS (
     SELECT 1 FROM jsonb_each(%(front_matter)s::jsonb) AS f(key, value)
     WHERE NOT (d.front_matter @> jsonb_build_object(f.key, f.value)
@@ -67,7 +70,8 @@ kw_scope AS MATERIALIZED (
     SELECT coalesce(sum(s.chunk_count), 0) <= 5000 AS small
     FROM (SELECT d.chunk_count FROM "ragpg".document d
           WHERE d.chunk_count > 0 AND d.collection = %(collection)s
-      AND (d.path = %(path_prefix)s OR starts_with(d.path, %(path_prefix_dir)s))
+      AND (d.path = %(path_prefix)s
+ OR (d.path COLLATE "C" >= %(path_prefix_dir)s AND d.path COLLATE "C" < %(path_prefix_end)s))
       AND NOT EXISTS (
     SELECT 1 FROM jsonb_each(%(front_matter)s::jsonb) AS f(key, value)
     WHERE NOT (d.front_matter @> jsonb_build_object(f.key, f.value)
@@ -126,7 +130,8 @@ kw_seed_match AS MATERIALIZED (
     WHERE c.collection IS NOT DISTINCT FROM %(collection)s AND c.tsv @@ (SELECT seed_q FROM kw_query)
       AND NOT (SELECT small FROM kw_scope)
       AND ts_match_vq(c.tsv, (SELECT prefilter FROM kw_query)) AND (d.collection = %(collection)s
-      AND (d.path = %(path_prefix)s OR starts_with(d.path, %(path_prefix_dir)s))
+      AND (d.path = %(path_prefix)s
+ OR (d.path COLLATE "C" >= %(path_prefix_dir)s AND d.path COLLATE "C" < %(path_prefix_end)s))
       AND NOT EXISTS (
     SELECT 1 FROM jsonb_each(%(front_matter)s::jsonb) AS f(key, value)
     WHERE NOT (d.front_matter @> jsonb_build_object(f.key, f.value)
@@ -171,7 +176,8 @@ kw_rest_match AS MATERIALIZED (
       AND NOT (SELECT small FROM kw_scope)
       AND NOT coalesce(ts_match_vq(c.tsv, (SELECT seed_q FROM kw_query)), false)
       AND ts_match_vq(c.tsv, (SELECT prefilter FROM kw_query)) AND (d.collection = %(collection)s
-      AND (d.path = %(path_prefix)s OR starts_with(d.path, %(path_prefix_dir)s))
+      AND (d.path = %(path_prefix)s
+ OR (d.path COLLATE "C" >= %(path_prefix_dir)s AND d.path COLLATE "C" < %(path_prefix_end)s))
       AND NOT EXISTS (
     SELECT 1 FROM jsonb_each(%(front_matter)s::jsonb) AS f(key, value)
     WHERE NOT (d.front_matter @> jsonb_build_object(f.key, f.value)
@@ -192,7 +198,8 @@ kw_small_match AS MATERIALIZED (
     CROSS JOIN LATERAL unnest(ts_filter(setweight(c.tsv, 'A', (SELECT lexemes FROM kw_query)),
                                         ARRAY['a']::"char"[])) AS u
     WHERE d.collection = %(collection)s
-      AND (d.path = %(path_prefix)s OR starts_with(d.path, %(path_prefix_dir)s))
+      AND (d.path = %(path_prefix)s
+ OR (d.path COLLATE "C" >= %(path_prefix_dir)s AND d.path COLLATE "C" < %(path_prefix_end)s))
       AND NOT EXISTS (
     SELECT 1 FROM jsonb_each(%(front_matter)s::jsonb) AS f(key, value)
     WHERE NOT (d.front_matter @> jsonb_build_object(f.key, f.value)

@@ -2,7 +2,8 @@ WITH vec_scope AS (
     SELECT coalesce(sum(s.chunk_count), 0) <= 5000 AS exact
     FROM (SELECT d.chunk_count FROM "ragpg".document d
           WHERE d.embed AND d.chunk_count > 0 AND d.collection = %(collection)s
-      AND (d.path = %(path_prefix)s OR starts_with(d.path, %(path_prefix_dir)s))
+      AND (d.path = %(path_prefix)s
+ OR (d.path COLLATE "C" >= %(path_prefix_dir)s AND d.path COLLATE "C" < %(path_prefix_end)s))
           LIMIT 5000 + 1) s
 ),
 vec_ann AS MATERIALIZED (
@@ -12,7 +13,8 @@ vec_ann AS MATERIALIZED (
     JOIN "ragpg".chunk c ON c.id = cv.chunk_id AND c.collection = cv.collection
     JOIN "ragpg".document d ON d.id = c.document_id AND d.collection = c.collection
     WHERE cv.collection = %(collection)s AND cv.model = 'fake-bow-64' AND d.collection = %(collection)s
-      AND (d.path = %(path_prefix)s OR starts_with(d.path, %(path_prefix_dir)s))
+      AND (d.path = %(path_prefix)s
+ OR (d.path COLLATE "C" >= %(path_prefix_dir)s AND d.path COLLATE "C" < %(path_prefix_end)s))
       AND NOT (SELECT exact FROM vec_scope)
     ORDER BY (cv.embedding::vector(64)) <=> %(qvec)s::vector(64)
     LIMIT 40
@@ -25,7 +27,8 @@ vec_exact AS MATERIALIZED (
     JOIN "ragpg".chunk_vector cv
       ON cv.chunk_id = c.id AND cv.collection = c.collection AND cv.model = 'fake-bow-64'
     WHERE d.collection = %(collection)s
-      AND (d.path = %(path_prefix)s OR starts_with(d.path, %(path_prefix_dir)s)) AND (SELECT exact FROM vec_scope)
+      AND (d.path = %(path_prefix)s
+ OR (d.path COLLATE "C" >= %(path_prefix_dir)s AND d.path COLLATE "C" < %(path_prefix_end)s)) AND (SELECT exact FROM vec_scope)
 ),
 vec AS (
     SELECT u.chunk_id, u.distance,
@@ -43,7 +46,8 @@ kw_scope AS MATERIALIZED (
     SELECT coalesce(sum(s.chunk_count), 0) <= 5000 AS small
     FROM (SELECT d.chunk_count FROM "ragpg".document d
           WHERE d.chunk_count > 0 AND d.collection = %(collection)s
-      AND (d.path = %(path_prefix)s OR starts_with(d.path, %(path_prefix_dir)s))
+      AND (d.path = %(path_prefix)s
+ OR (d.path COLLATE "C" >= %(path_prefix_dir)s AND d.path COLLATE "C" < %(path_prefix_end)s))
           LIMIT 5000 + 1) s
 ),
 kw_terms AS (
@@ -94,7 +98,8 @@ kw_seed_match AS MATERIALIZED (
     WHERE c.collection IS NOT DISTINCT FROM %(collection)s AND c.tsv @@ (SELECT seed_q FROM kw_query)
       AND NOT (SELECT small FROM kw_scope)
       AND ts_match_vq(c.tsv, (SELECT prefilter FROM kw_query)) AND (d.collection = %(collection)s
-      AND (d.path = %(path_prefix)s OR starts_with(d.path, %(path_prefix_dir)s)))
+      AND (d.path = %(path_prefix)s
+ OR (d.path COLLATE "C" >= %(path_prefix_dir)s AND d.path COLLATE "C" < %(path_prefix_end)s)))
 ),
 kw_seed AS MATERIALIZED (
     SELECT m.chunk_id, min(m.document_id) AS document_id,
@@ -131,7 +136,8 @@ kw_rest_match AS MATERIALIZED (
       AND NOT (SELECT small FROM kw_scope)
       AND NOT coalesce(ts_match_vq(c.tsv, (SELECT seed_q FROM kw_query)), false)
       AND ts_match_vq(c.tsv, (SELECT prefilter FROM kw_query)) AND (d.collection = %(collection)s
-      AND (d.path = %(path_prefix)s OR starts_with(d.path, %(path_prefix_dir)s)))
+      AND (d.path = %(path_prefix)s
+ OR (d.path COLLATE "C" >= %(path_prefix_dir)s AND d.path COLLATE "C" < %(path_prefix_end)s)))
 ),
 kw_small_match AS MATERIALIZED (
     SELECT c.id AS chunk_id, c.document_id, c.ts_config, c.token_count AS dl, u.lexeme,
@@ -144,7 +150,8 @@ kw_small_match AS MATERIALIZED (
     CROSS JOIN LATERAL unnest(ts_filter(setweight(c.tsv, 'A', (SELECT lexemes FROM kw_query)),
                                         ARRAY['a']::"char"[])) AS u
     WHERE d.collection = %(collection)s
-      AND (d.path = %(path_prefix)s OR starts_with(d.path, %(path_prefix_dir)s)) AND (SELECT small FROM kw_scope)
+      AND (d.path = %(path_prefix)s
+ OR (d.path COLLATE "C" >= %(path_prefix_dir)s AND d.path COLLATE "C" < %(path_prefix_end)s)) AND (SELECT small FROM kw_scope)
       AND ts_match_vq(c.tsv, (SELECT prefilter FROM kw_query))
 ),
 kw_rest AS MATERIALIZED (

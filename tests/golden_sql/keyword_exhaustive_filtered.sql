@@ -6,7 +6,8 @@ WITH kw_terms AS (
 kw_match AS MATERIALIZED (
     SELECT c.id AS chunk_id, c.document_id, c.ts_config, c.token_count AS dl,
            (d.collection = %(collection)s
-      AND (d.path = %(path_prefix)s OR starts_with(d.path, %(path_prefix_dir)s))
+      AND (d.path = %(path_prefix)s
+ OR (d.path COLLATE "C" >= %(path_prefix_dir)s AND d.path COLLATE "C" < %(path_prefix_end)s))
       AND NOT EXISTS (
     SELECT 1 FROM jsonb_each(%(front_matter)s::jsonb) AS f(key, value)
     WHERE NOT (d.front_matter @> jsonb_build_object(f.key, f.value)

@@ -2,7 +2,8 @@ WITH kw_scope AS MATERIALIZED (
     SELECT coalesce(sum(s.chunk_count), 0) <= 5000 AS small
     FROM (SELECT d.chunk_count FROM "ragpg".document d
           WHERE d.chunk_count > 0 AND d.collection = %(collection)s
-      AND (d.path = %(path_prefix)s OR starts_with(d.path, %(path_prefix_dir)s))
+      AND (d.path = %(path_prefix)s
+ OR (d.path COLLATE "C" >= %(path_prefix_dir)s AND d.path COLLATE "C" < %(path_prefix_end)s))
       AND NOT EXISTS (
     SELECT 1 FROM jsonb_each(%(front_matter)s::jsonb) AS f(key, value)
     WHERE NOT (d.front_matter @> jsonb_build_object(f.key, f.value)
@@ -61,7 +62,8 @@ kw_seed_match AS MATERIALIZED (
     WHERE c.collection IS NOT DISTINCT FROM %(collection)s AND c.tsv @@ (SELECT seed_q FROM kw_query)
       AND NOT (SELECT small FROM kw_scope)
       AND ts_match_vq(c.tsv, (SELECT prefilter FROM kw_query)) AND (d.collection = %(collection)s
-      AND (d.path = %(path_prefix)s OR starts_with(d.path, %(path_prefix_dir)s))
+      AND (d.path = %(path_prefix)s
+ OR (d.path COLLATE "C" >= %(path_prefix_dir)s AND d.path COLLATE "C" < %(path_prefix_end)s))
       AND NOT EXISTS (
     SELECT 1 FROM jsonb_each(%(front_matter)s::jsonb) AS f(key, value)
     WHERE NOT (d.front_matter @> jsonb_build_object(f.key, f.value)
@@ -106,7 +108,8 @@ kw_rest_match AS MATERIALIZED (
       AND NOT (SELECT small FROM kw_scope)
       AND NOT coalesce(ts_match_vq(c.tsv, (SELECT seed_q FROM kw_query)), false)
       AND ts_match_vq(c.tsv, (SELECT prefilter FROM kw_query)) AND (d.collection = %(collection)s
-      AND (d.path = %(path_prefix)s OR starts_with(d.path, %(path_prefix_dir)s))
+      AND (d.path = %(path_prefix)s
+ OR (d.path COLLATE "C" >= %(path_prefix_dir)s AND d.path COLLATE "C" < %(path_prefix_end)s))
       AND NOT EXISTS (
     SELECT 1 FROM jsonb_each(%(front_matter)s::jsonb) AS f(key, value)
     WHERE NOT (d.front_matter @> jsonb_build_object(f.key, f.value)
@@ -127,7 +130,8 @@ kw_small_match AS MATERIALIZED (
     CROSS JOIN LATERAL unnest(ts_filter(setweight(c.tsv, 'A', (SELECT lexemes FROM kw_query)),
                                         ARRAY['a']::"char"[])) AS u
     WHERE d.collection = %(collection)s
-      AND (d.path = %(path_prefix)s OR starts_with(d.path, %(path_prefix_dir)s))
+      AND (d.path = %(path_prefix)s
+ OR (d.path COLLATE "C" >= %(path_prefix_dir)s AND d.path COLLATE "C" < %(path_prefix_end)s))
       AND NOT EXISTS (
     SELECT 1 FROM jsonb_each(%(front_matter)s::jsonb) AS f(key, value)
     WHERE NOT (d.front_matter @> jsonb_build_object(f.key, f.value)

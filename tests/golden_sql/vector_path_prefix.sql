@@ -2,7 +2,8 @@ WITH vec_scope AS (
     SELECT coalesce(sum(s.chunk_count), 0) <= 5000 AS exact
     FROM (SELECT d.chunk_count FROM "ragpg".document d
           WHERE d.embed AND d.chunk_count > 0 AND d.collection = %(collection)s
-      AND (d.path = %(path_prefix)s OR starts_with(d.path, %(path_prefix_dir)s))
+      AND (d.path = %(path_prefix)s
+ OR (d.path COLLATE "C" >= %(path_prefix_dir)s AND d.path COLLATE "C" < %(path_prefix_end)s))
           LIMIT 5000 + 1) s
 ),
 vec_ann AS MATERIALIZED (
@@ -12,7 +13,8 @@ vec_ann AS MATERIALIZED (
     JOIN "ragpg".chunk c ON c.id = cv.chunk_id AND c.collection = cv.collection
     JOIN "ragpg".document d ON d.id = c.document_id AND d.collection = c.collection
     WHERE cv.collection = %(collection)s AND cv.model = 'fake-bow-64' AND d.collection = %(collection)s
-      AND (d.path = %(path_prefix)s OR starts_with(d.path, %(path_prefix_dir)s))
+      AND (d.path = %(path_prefix)s
+ OR (d.path COLLATE "C" >= %(path_prefix_dir)s AND d.path COLLATE "C" < %(path_prefix_end)s))
       AND NOT (SELECT exact FROM vec_scope)
     ORDER BY (cv.embedding::vector(64)) <=> %(qvec)s::vector(64)
     LIMIT 40
@@ -25,7 +27,8 @@ vec_exact AS MATERIALIZED (
     JOIN "ragpg".chunk_vector cv
       ON cv.chunk_id = c.id AND cv.collection = c.collection AND cv.model = 'fake-bow-64'
     WHERE d.collection = %(collection)s
-      AND (d.path = %(path_prefix)s OR starts_with(d.path, %(path_prefix_dir)s)) AND (SELECT exact FROM vec_scope)
+      AND (d.path = %(path_prefix)s
+ OR (d.path COLLATE "C" >= %(path_prefix_dir)s AND d.path COLLATE "C" < %(path_prefix_end)s)) AND (SELECT exact FROM vec_scope)
 ),
 vec AS (
     SELECT u.chunk_id, u.distance,
