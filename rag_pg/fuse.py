@@ -119,21 +119,22 @@ def convex_parts(
     weights: Mapping[str, float] | None = None,
     legs: Sequence[str] = ("vector", "keyword"),
     absolute: Collection[str] = (),
+    from_zero: Collection[str] = (),
 ) -> dict[K, dict[str, float]]:
     """Each item's part of its convex score from each leg that found it: the leg's weight
-    share times its min-max normalised score (see :func:`convex`)."""
+    share times its normalised score (see :func:`convex`)."""
     total = sum(_weight(weights, leg) for leg in legs) or 1.0
     bounds: dict[str, tuple[float, float]] = {leg: (0.0, 1.0) for leg in absolute}
     for leg in legs:
         values = [mine[leg] for mine in scores.values() if leg in mine]
         if values and leg not in bounds:
-            bounds[leg] = (min(values), max(values))
+            bounds[leg] = (0.0 if leg in from_zero else min(values), max(values))
     parts: dict[K, dict[str, float]] = {}
     for key, mine in scores.items():
         parts[key] = {}
         for leg, raw in mine.items():
             low, high = bounds[leg]
-            normalised = (raw - low) / (high - low) if high > low else 1.0
+            normalised = max(0.0, raw - low) / (high - low) if high > low else 1.0
             parts[key][leg] = _weight(weights, leg) * normalised / total
     return parts
 
@@ -145,13 +146,18 @@ def convex(
     weights: Mapping[str, float] | None = None,
     legs: Sequence[str] = ("vector", "keyword"),
     absolute: Collection[str] = (),
+    from_zero: Collection[str] = (),
 ) -> list[tuple[K, float]]:
-    """Convex combination of min-max normalised leg scores: each leg's scores are mapped to
-    [0, 1] over its own candidate list (its best 1, its worst 0; a flat list: all 1), an item
-    a leg did not find gets 0 there, and the legs are averaged with ``weights``. Raw scores
-    live on unrelated scales (cosine, BM25): only their spread within a list is comparable.
-    The legs named in ``absolute`` score on [0, 1] already and are taken as they are."""
-    return ordered(convex_parts(scores, weights=weights, legs=legs, absolute=absolute), ranks, legs)
+    """Convex combination of normalised leg scores: each leg's scores are mapped to [0, 1]
+    over its own candidate list (min-max: its best 1, its worst 0; a flat list: all 1), an
+    item a leg did not find gets 0 there, and the legs are averaged with ``weights``. Raw
+    scores live on unrelated scales (cosine, BM25): only their spread within a list is
+    comparable. The legs named in ``absolute`` score on [0, 1] already and are taken as they
+    are; those in ``from_zero`` have a true zero (BM25: no word of the query) and are divided
+    by their best score alone, so their worst candidate keeps what it scored instead of
+    wherever the list happened to be cut."""
+    parts = convex_parts(scores, weights=weights, legs=legs, absolute=absolute, from_zero=from_zero)
+    return ordered(parts, ranks, legs)
 
 
 def decisiveness(values: Sequence[float]) -> float:

@@ -26,6 +26,12 @@ PHRASE_WEIGHT = 0.5
 #: Legs scored on a fixed scale (0 to 1), not min-max normalised over the candidates: a
 #: candidate without the heading's words or the question's phrases has none of the leg.
 _ABSOLUTE = ("title", "phrase")
+#: Legs whose raw scores start at a true zero, normalised by their best score alone: BM25 is 0
+#: for a chunk without any word of the question, whereas the 40th candidate's score, the
+#: floor min-max would use, depends only on how deep the list was cut. Cosine similarities
+#: of a sentence model crowd in a narrow band far above their zero: the vector leg stays
+#: min-max. docs/retrieval.md: measurements.
+_FROM_ZERO = ("keyword",)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,10 +90,12 @@ def ranked(rows: Sequence[Candidate], plan: SearchPlan) -> list[Ranked]:
             *(("title",) if _title_leg(rows, plan, ranks, scores, weights) else ()),
             *(("phrase",) if _phrase_leg(rows, ranks, scores, weights) else ()))
     if plan.fusion == "convex":
-        parts = convex_parts(scores, weights=weights, legs=legs, absolute=_ABSOLUTE)
+        parts = convex_parts(scores, weights=weights, legs=legs, absolute=_ABSOLUTE,
+                             from_zero=_FROM_ZERO)
     elif plan.fusion == "adaptive":
         mine = adaptive_weights(scores, weights=weights, legs=legs, absolute=_ABSOLUTE)
-        parts = convex_parts(scores, weights=mine, legs=legs, absolute=_ABSOLUTE)
+        parts = convex_parts(scores, weights=mine, legs=legs, absolute=_ABSOLUTE,
+                             from_zero=_FROM_ZERO)
     else:
         parts = rrf_parts(ranks, k=plan.rrf_k, weights=weights)
     return [Ranked(by_id[chunk_id], score, ranks[chunk_id], scores[chunk_id], parts[chunk_id])

@@ -160,7 +160,7 @@ def test_a_document_first_in_both_legs_through_different_chunks_stays_first_when
 
 # -- rank-based RRF and the convex (score-aware) fusion ----------------------------------------
 
-from rag_pg.fuse import convex, rrf_ranks  # noqa: E402
+from rag_pg.fuse import convex, convex_parts, rrf_ranks  # noqa: E402
 
 finite = st.floats(-50, 50, allow_nan=False, allow_infinity=False)
 # Scores on a 0.01 grid for the scale and offset properties: two floats closer than the
@@ -233,6 +233,26 @@ def test_convex_never_ranks_an_item_below_one_it_matches_or_beats_in_every_leg(d
                 assert position[a] < position[b], (a, b)
 
 
+@given(legs(grid, positive_grid), st.floats(0.01, 100))
+def test_a_leg_from_zero_ignores_its_scale_and_how_deep_its_list_was_cut(data, scale):
+    """BM25 has a true zero: divided by its best score, a candidate's part neither follows the
+    leg's unit nor moves when a weaker candidate joins the list (min-max would rescale all)."""
+    scores, ranks = data
+    scaled = {key: {leg: (v * scale if leg == "keyword" else v) for leg, v in mine.items()}
+              for key, mine in scores.items()}
+    parts = convex_parts(scores, from_zero=("keyword",))
+    assert all(abs(parts[key].get("keyword", 0) - mine.get("keyword", 0)) < 1e-9
+               for key, mine in convex_parts(scaled, from_zero=("keyword",)).items())
+    keyword = [mine["keyword"] for mine in scores.values() if "keyword" in mine]
+    if not keyword or max(keyword) <= 0:
+        return
+    deeper = {**scores, "tail": {"keyword": min(keyword) / 2}}
+    after = convex_parts(deeper, from_zero=("keyword",))
+    assert all(abs(after[key].get("keyword", 0) - parts[key].get("keyword", 0)) < 1e-12
+               for key in scores)
+    assert 0 < after["tail"]["keyword"] <= min(p["keyword"] for p in parts.values() if "keyword" in p)
+
+
 def test_convex_follows_a_decisive_leg_where_rrf_sees_only_ranks():
     """Keyword: chunk 1 scores 30, everything else ~1; vector: a flat list. RRF sees three
     chunks with the same ranks (1 + 3, 2 + 2, 3 + 1) and the tie goes to the vector leg's
@@ -262,9 +282,10 @@ def test_a_hits_parts_are_its_fusions_own_and_sum_to_its_score(fusion):
     by_id = {h.chunk_id: h for h in hits}
     if fusion == "rrf":
         assert by_id[1].parts == {"vector": 1 / 61, "keyword": 1 / 62}
-    else:  # chunk 2 is the keyword leg's best (normalised 1), chunk 4 its worst (0)
-        assert by_id[4].parts == {"keyword": 0.0}
-        assert by_id[2].parts["keyword"] > by_id[1].parts["keyword"] > 0
+    else:  # BM25 is scaled by the keyword leg's best (chunk 2, BM25 9.0): chunk 4 (BM25 1.0)
+        # keeps a ninth of chunk 2's part, where min-max would have put the list's worst at 0
+        assert by_id[4].parts["keyword"] == pytest.approx(by_id[2].parts["keyword"] / 9)
+        assert by_id[2].parts["keyword"] > by_id[1].parts["keyword"] > by_id[4].parts["keyword"] > 0
     if fusion == "convex":  # equal weights: the keyword leg's best holds half the total
         assert by_id[2].parts["keyword"] == pytest.approx(0.5)
 

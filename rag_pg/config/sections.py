@@ -207,7 +207,7 @@ class RetrievalSettings:
     candidates: int = 40  # per leg, before fusion
     rrf_k: int = 60
     fusion: str = "adaptive"  # adaptive (convex, each leg weighed per query by its
-    # decisiveness) | convex (min-max normalised leg scores) | rrf (ranks): rag_pg.fuse
+    # decisiveness) | convex (normalised leg scores) | rrf (ranks): rag_pg.fuse
     vector_weight: float = 1.0  # weighted RRF: weight / (rrf_k + rank) per leg
     keyword_weight: float = 1.0
     bm25_k1: float = 1.2  # BM25 term-frequency saturation
