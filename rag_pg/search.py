@@ -225,6 +225,10 @@ class Searcher:
         # best fused chunk may be its second in one leg, and must keep that leg's term.
         per_document = (min(plan.max_per_document * PER_DOCUMENT_OVERFETCH, candidates)
                         if plan.max_per_document else candidates)
+        if plan.max_per_document:
+            # Room for k documents even when each fills its per_document rows: a list of k
+            # rows of one long document would leave a single hit once capped.
+            candidates = max(candidates, plan.k * per_document)
         return {"candidates": candidates, "per_document": per_document,
                 "vec_fetch": candidates * overfetch, "exact_limit": plan.exact_limit,
                 "seed_postings": plan.keyword_seed or candidates * SEED_POSTINGS_PER_CANDIDATE}
@@ -238,6 +242,8 @@ class Searcher:
             kind = sql.SQL(plan.vector_kind or vector_kind(plan.dimension or 0))
             parts = {"doc_filter": where, "vkind": kind, "dim": sql.Literal(plan.dimension),
                      "model": sql.Literal(plan.model), **literals}
+            parts["exact_top"] = (sql.SQL("") if plan.max_per_document
+                                  else self._sql("search_vector_exact_top", **literals))
             if self.collection_scan(plan):
                 ctes.append(self._sql("search_vector_collection", **parts))
             else:

@@ -40,13 +40,16 @@ vec_ann AS MATERIALIZED (
     LIMIT {vec_fetch}
 ),
 vec_exact AS MATERIALIZED (
-    SELECT cv.chunk_id, c.document_id,
-           (cv.embedding::{vkind}({dim})) <=> %(qvec)s::{vkind}({dim}) AS distance
-    FROM {schema}.document d
-    JOIN {schema}.chunk c ON c.document_id = d.id AND c.collection = d.collection
-    JOIN {schema}.chunk_vector cv
-      ON cv.chunk_id = c.id AND cv.collection = c.collection AND cv.model = {model}
-    WHERE {doc_filter} AND (SELECT exact FROM vec_scope)
+    SELECT e.chunk_id, e.document_id, e.distance
+    FROM (SELECT cv.chunk_id, c.document_id,
+                 (cv.embedding::{vkind}({dim})) <=> %(qvec)s::{vkind}({dim}) AS distance
+          FROM {schema}.document d
+          JOIN {schema}.chunk c ON c.document_id = d.id AND c.collection = d.collection
+          JOIN {schema}.chunk_vector cv
+            ON cv.chunk_id = c.id AND cv.collection = c.collection AND cv.model = {model}
+          WHERE {doc_filter} AND (SELECT exact FROM vec_scope)
+          OFFSET 0) e
+    {exact_top}
 ),
 vec AS (
     SELECT u.chunk_id, u.distance,
@@ -60,6 +63,15 @@ vec_ranked AS (
     ORDER BY rank
     LIMIT {candidates}
 )
+
+-- name: search_vector_exact_top
+-- The exact branch without a per-document cap: no chunk past the first vec_fetch by distance
+-- can reach the leg's list (every chunk before it is one the list keeps), so only those are
+-- kept, by a top-N sort, instead of numbering every matching vector twice. With a cap a
+-- long document may fill the first rows: then every matching vector stays. The distances are
+-- sorted outside the subquery (OFFSET 0 keeps it apart): ordered by the operator itself,
+-- the planner would walk the HNSW index and join every row it yields to the filters.
+ORDER BY e.distance, e.chunk_id LIMIT {vec_fetch}
 
 -- name: search_vector_collection
 -- The common case, on its own: a whole collection (no other filter, no per-document cap),

@@ -25,7 +25,7 @@ kw_plan AS MATERIALIZED (
     SELECT b.lexeme, b.ub,
            coalesce(sum(b.df) OVER (ORDER BY b.ub DESC, b.cfg, b.lexeme
                                     ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)
-               < 40 AS seed,
+               < 80 AS seed,
            sum(b.ub) OVER (ORDER BY b.ub, b.cfg, b.lexeme ROWS UNBOUNDED PRECEDING) AS ub_prefix,
            '''' || replace(replace(b.lexeme, '\', '\\'), '''', '\''') || '''' AS quoted
     FROM kw_bounds b
@@ -65,7 +65,7 @@ kw_theta AS MATERIALIZED (
                            FROM kw_seed) r
                      WHERE r.doc_rank <= 8
                      ORDER BY r.score DESC
-                     OFFSET 40 - 1 LIMIT 1), 0) AS theta
+                     OFFSET 80 - 1 LIMIT 1), 0) AS theta
 ),
 kw_rest_query AS MATERIALIZED (
     SELECT string_agg(p.quoted, ' | ')::tsquery AS q
@@ -120,7 +120,7 @@ kw_ranked AS (
           FROM kw) ranked
     WHERE doc_rank <= 8
     ORDER BY rank
-    LIMIT 40
+    LIMIT 80
 )
 SELECT c.id AS chunk_id, cand.vector_rank, cand.distance, cand.keyword_rank, cand.keyword_score,
        c.position, c.section, c.anchor, c.content, c.token_count, c.content_hash,

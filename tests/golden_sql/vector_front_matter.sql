@@ -28,19 +28,22 @@ vec_ann AS MATERIALIZED (
     LIMIT 40
 ),
 vec_exact AS MATERIALIZED (
-    SELECT cv.chunk_id, c.document_id,
-           (cv.embedding::vector(64)) <=> %(qvec)s::vector(64) AS distance
-    FROM "ragpg".document d
-    JOIN "ragpg".chunk c ON c.document_id = d.id AND c.collection = d.collection
-    JOIN "ragpg".chunk_vector cv
-      ON cv.chunk_id = c.id AND cv.collection = c.collection AND cv.model = 'fake-bow-64'
-    WHERE d.collection = %(collection)s
+    SELECT e.chunk_id, e.document_id, e.distance
+    FROM (SELECT cv.chunk_id, c.document_id,
+                 (cv.embedding::vector(64)) <=> %(qvec)s::vector(64) AS distance
+          FROM "ragpg".document d
+          JOIN "ragpg".chunk c ON c.document_id = d.id AND c.collection = d.collection
+          JOIN "ragpg".chunk_vector cv
+            ON cv.chunk_id = c.id AND cv.collection = c.collection AND cv.model = 'fake-bow-64'
+          WHERE d.collection = %(collection)s
       AND NOT EXISTS (
     SELECT 1 FROM jsonb_each(%(front_matter)s::jsonb) AS f(key, value)
     WHERE NOT (d.front_matter @> jsonb_build_object(f.key, f.value)
                OR (jsonb_typeof(f.value) NOT IN ('array', 'object')
                    AND d.front_matter @> jsonb_build_object(f.key, jsonb_build_array(f.value))))
 ) AND (SELECT exact FROM vec_scope)
+          OFFSET 0) e
+    ORDER BY e.distance, e.chunk_id LIMIT 40
 ),
 vec AS (
     SELECT u.chunk_id, u.distance,
