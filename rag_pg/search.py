@@ -259,6 +259,7 @@ class Searcher:
             else:
                 scope = "search_keyword_scope_whole" if whole else "search_keyword_scope"
                 ctes += [self._sql(scope, **parts), self._sql("search_keyword_pruned", **parts)]
+            ctes.append(self._sql("search_keyword_ranked", **literals))
         window = self._sql("search_window") if plan.neighbours > 0 else sql.SQL("NULL::jsonb")
         expanded = (
             self._sql(f"search_expand_{plan.expand}") if plan.expand else sql.SQL("NULL::jsonb")

@@ -146,16 +146,6 @@ kw AS (
     JOIN kw_stats s ON s.language = m.language
     WHERE m.keep
     GROUP BY m.chunk_id
-),
-kw_ranked AS (
-    SELECT chunk_id, score, rank
-    FROM (SELECT chunk_id, score,
-                 row_number() OVER (PARTITION BY document_id ORDER BY score DESC, chunk_id) AS doc_rank,
-                 row_number() OVER (ORDER BY score DESC, chunk_id) AS rank
-          FROM kw) ranked
-    WHERE doc_rank <= {per_document}
-    ORDER BY rank
-    LIMIT {candidates}
 )
 
 -- name: search_keyword_pruned
@@ -305,7 +295,11 @@ kw AS (
     SELECT chunk_id, document_id, score FROM kw_seed
     UNION ALL
     SELECT chunk_id, document_id, score FROM kw_rest
-),
+)
+
+-- name: search_keyword_ranked
+-- Either keyword leg's list: its scored chunks (kw) ranked by score, ties by chunk id, each
+-- rank the chunk's among all of them, a document keeping its first per_document.
 kw_ranked AS (
     SELECT chunk_id, score, rank
     FROM (SELECT chunk_id, score,
