@@ -18,7 +18,7 @@ import argparse
 import json
 import sys
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -176,20 +176,84 @@ def _z_top(values: Sequence[float]) -> float:
 RULES = {"mean": _top_gap(None), "gap1": _top_gap(1), "gap5": _top_gap(5), "gap10": _top_gap(10),
          "gap20": _top_gap(20), "z": _z_top}
 
+Bounds = Callable[[str, Sequence[float]], tuple[float, float]]
+
+
+def _min_max(depth: int | None = None, *, from_zero: Sequence[str] = ()) -> Bounds:
+    """(low, high) of a leg's list: its best and its worst among the first ``depth`` (below
+    the low bound a score counts 0), the low bound 0 for the legs of ``from_zero``."""
+    def bounds(leg: str, values: Sequence[float]) -> tuple[float, float]:
+        top = sorted(values, reverse=True)[:depth]
+        return (0.0 if leg in from_zero else top[-1]), top[0]
+    return bounds
+
+
+def _floor(floors: Mapping[str, float]) -> Bounds:
+    """From each leg's own floor (BM25 0, cosine -1 or 0) to its best."""
+    return lambda leg, values: (floors[leg], max(values))
+
+
+def _spread(sds: float, *, z: bool = False) -> Bounds:
+    """Mean ± ``sds`` standard deviations (DBSF), or the z-score over the top's (``z``)."""
+    def bounds(leg: str, values: Sequence[float]) -> tuple[float, float]:
+        mu = sum(values) / len(values)
+        sd = (sum((v - mu) ** 2 for v in values) / len(values)) ** 0.5
+        return (mu, max(values)) if z else (mu - sds * sd, mu + sds * sd)
+    return bounds
+
+
+#: The keyword leg's normalisation and its alternatives (docs/retrieval.md, "Keyword scores
+#: from zero"): ``norm<name>`` in a setting.
+NORMS: dict[str, Bounds] = {
+    "kwmax": _min_max(from_zero=("keyword",)),  # the default
+    "minmax": _min_max(),
+    "mm20": _min_max(20), "mm10": _min_max(10),
+    "dbsf": _spread(3), "z": _spread(0, z=True),
+    "floor": _floor({"keyword": 0.0, "vector": -1.0}), "zero": _floor({"keyword": 0.0, "vector": 0.0}),
+}
+
+
+def _normalised(bounds: Bounds) -> Callable[..., dict[Any, dict[str, float]]]:
+    """``fuse.convex_parts`` with each non-absolute leg scaled by ``bounds`` (clipped to [0, 1])."""
+    from rag_pg import fuse
+
+    def parts(scores: Mapping[Any, Mapping[str, float]], *, weights: Mapping[str, float] | None = None,
+              legs: Sequence[str] = ("vector", "keyword"), absolute: Sequence[str] = (),
+              from_zero: Sequence[str] = ()) -> dict[Any, dict[str, float]]:
+        total = sum(fuse._weight(weights, leg) for leg in legs) or 1.0
+        lists = {leg: [m[leg] for m in scores.values() if leg in m] for leg in legs}
+        scale = {leg: bounds(leg, v) for leg, v in lists.items() if v and leg not in absolute}
+        out: dict[Any, dict[str, float]] = {}
+        for key, mine in scores.items():
+            out[key] = {}
+            for leg, raw in mine.items():
+                if leg in absolute:
+                    value = raw
+                else:
+                    low, high = scale[leg]
+                    value = min(1.0, max(0.0, raw - low) / (high - low)) if high > low else 1.0
+                out[key][leg] = fuse._weight(weights, leg) * value / total
+        return out
+    return parts
+
 
 def configure(name: str) -> dict[str, Any]:
     """``adaptive/p<power>/<rule>`` sets :mod:`rag_pg.fuse`'s power and decisiveness rule
     (``w<v>:<k>`` fixed leg weights, ``t<w>`` the title weight, ``phrase<w>`` the phrase
-    leg's), then returns the plan's fields."""
+    leg's, ``norm<name>`` the legs' normalisation, :data:`NORMS`), then returns the plan's
+    fields."""
     from rag_pg import fuse, hits
     fuse.ADAPTIVE_POWER = 1.0
     fuse.decisiveness = RULES["mean"]
     hits.TITLE_WEIGHT = 0.5
     hits.PHRASE_WEIGHT = 0.5
+    hits.convex_parts = fuse.convex_parts
     base, *options = name.split("/")
     plan = dict(SETTINGS[base])
     for option in options:
-        if option.startswith("phrase"):
+        if option.startswith("norm"):
+            hits.convex_parts = _normalised(NORMS[option[len("norm"):]])
+        elif option.startswith("phrase"):
             hits.PHRASE_WEIGHT = float(option[len("phrase"):])
         elif option.startswith("p"):
             fuse.ADAPTIVE_POWER = float(option[1:])
