@@ -322,6 +322,9 @@ def render(recs: list[dict[str, Any]], command: str) -> str:
         f" the per-term statistics"
         + (f", {env['chunks_copy_no_term_stats_s']} s without (ratio {env['term_stats_ingest_ratio']})"
            if "term_stats_ingest_ratio" in env else "")
+        + (f", {env['chunks_copy_first_load_s']} s as a first load writes them (statistics counted"
+           f" once at the end: {env['term_stats_rebuild_s']} s of it; ratio {env['first_load_ingest_ratio']})"
+           if "first_load_ingest_ratio" in env else "")
         + f"; {env['term_stat_rows']:,} term_stat rows.",
     ]
     if env.get("keyword_only"):

@@ -335,7 +335,7 @@ class RagPG:
             rrf_k=r.rrf_k, fusion=r.fusion, ef_search=r.ef_search, exact_limit=r.exact_limit,
             weights={"vector": r.vector_weight, "keyword": r.keyword_weight},
             bm25=BM25Params(r.bm25_k1, r.bm25_b), max_scan_tuples=r.max_scan_tuples,
-            iterative_scan=r.iterative_scan,
+            iterative_scan=r.iterative_scan, keyword_exhaustive=info.term_stat_pending,
         )
 
     def locate(

@@ -119,6 +119,10 @@ class Ingestor:
                 states = self.store.document_states(conn, collection)
                 bound = (self.store.collection_model(conn, collection)
                          if states and not dry_run else None)
+                # A first load counts its term statistics once at its end (rag_pg.term_stats);
+                # so does the run after a first load that was killed before counting them.
+                defer_stats = not dry_run and (
+                    not states or self.store.term_stats_pending(conn, collection))
             bound_model, bound_dimension = bound or (None, None)
             model: str | None
             dimension: int | None
@@ -138,6 +142,8 @@ class Ingestor:
                            and not self.store.vector_index_exists(conn, model))
             if not dry_run and self._model_confirmed:
                 self.store.bind_model(conn, collection, model, dimension, create_index=not defer_index)
+            if defer_stats:
+                self.store.defer_term_stats(conn, collection)
             elif dry_run:
                 with conn.transaction() if tenancy.active() else nullcontext():
                     current_model, _ = self.store.collection_model(conn, collection) or (None, None)
@@ -170,6 +176,11 @@ class Ingestor:
                 status = "aborted"  # interrupted or terminated: the run stopped, nothing failed
                 raise
             finally:
+                if defer_stats:
+                    try:
+                        self.store.rebuild_term_stats(conn, collection)
+                    except psycopg.Error:
+                        pass  # still pending: the next run rebuilds; searches do without meanwhile
                 if defer_index and model is not None and dimension is not None:
                     try:
                         self.store.ensure_vector_index(conn, model, dimension)

@@ -46,6 +46,7 @@ class CollectionInfo:
     model: str | None
     dimension: int | None
     small: bool  # at most retrieval.exact_limit chunks: exact search beats the index
+    term_stat_pending: bool  # the term statistics are being rebuilt: keyword search without them
     vector_kind: str | None  # what the model's index casts to; None: no index (yet)
     pgvector_version: str | None
 

@@ -1,7 +1,8 @@
 """Writes and reads the index tables: document replacement in one transaction, bulk by COPY.
 
 The per-model HNSW indexes are built and dropped by ``rag_pg.vector_index``, the run rows
-written by ``rag_pg.ingest_runs``; :class:`Store` gathers them for its callers. The writes of
+written by ``rag_pg.ingest_runs``, a first load's term statistics rebuilt by
+``rag_pg.term_stats``; :class:`Store` gathers them for its callers. The writes of
 a model switch are ``rag_pg.admin.reembed_store``'s.
 """
 
@@ -22,6 +23,7 @@ from rag_pg.errors import DimensionMismatch, StoreError
 from rag_pg.ingest_runs import RunLog
 from rag_pg.models import Chunk, Document
 from rag_pg.queries import Queries
+from rag_pg.term_stats import TermStatistics
 from rag_pg.vector_index import VectorIndexes
 
 if TYPE_CHECKING:
@@ -70,7 +72,7 @@ def fingerprint(
             f"parser={parser};v1{convert}")
 
 
-class Store(VectorIndexes, RunLog):
+class Store(VectorIndexes, RunLog, TermStatistics):
     """Table access for one schema. Methods take a psycopg connection: the caller owns it."""
 
     def __init__(self, schema: str = "ragpg", index: IndexSettings | None = None):

@@ -56,6 +56,34 @@ CHECKS: tuple[tuple[str, str, str], ...] = (
           AND NOT EXISTS (SELECT 1 FROM {s}.reembed_run r WHERE r.collection = d.collection
                           AND v.model IN (r.source_model, r.target_model))
         GROUP BY d.path"""),
+    # A collection whose statistics are pending is not followed by them (rag_pg.term_stats).
+    # The bounds may be looser than a recount after deletes, never tighter.
+    ("term_stat", "a collection's per-term statistics differ from its chunks",
+     """WITH followed AS (SELECT c.* FROM {s}.chunk c WHERE NOT EXISTS (
+            SELECT 1 FROM {s}.collection k WHERE k.name = c.collection AND k.term_stat_pending)),
+        counted AS (SELECT c.collection, c.ts_config, u.lexeme, count(*) AS df,
+                           max(cardinality(u.positions)) AS max_tf, min(c.token_count) AS min_dl
+                    FROM followed c CROSS JOIN LATERAL unnest(c.tsv) AS u GROUP BY 1, 2, 3),
+        kept AS (SELECT t.* FROM {s}.term_stat t WHERE NOT EXISTS (
+            SELECT 1 FROM {s}.collection k WHERE k.name = t.collection AND k.term_stat_pending))
+        SELECT coalesce(a.collection, t.collection) AS subject,
+               count(*) || ' terms whose df or bounds differ from a recount' AS detail
+        FROM counted a FULL JOIN kept t
+          ON t.collection = a.collection AND t.ts_config = a.ts_config AND t.lexeme = a.lexeme
+        WHERE a.df IS DISTINCT FROM t.df OR t.max_tf < a.max_tf OR t.min_dl > a.min_dl
+        GROUP BY 1"""),
+    ("chunk_stat", "a collection's chunk count or total length differs from its chunks",
+     """WITH counted AS (SELECT c.collection, c.ts_config, count(*) AS chunks,
+                                sum(c.token_count) AS tokens
+                         FROM {s}.chunk c GROUP BY 1, 2),
+        kept AS (SELECT * FROM {s}.chunk_stat WHERE chunks <> 0 OR tokens <> 0)
+        SELECT coalesce(a.collection, t.collection) AS subject,
+               coalesce(t.chunks, 0) || ' chunks recorded, ' || coalesce(a.chunks, 0) || ' stored ('
+                   || coalesce(a.ts_config, t.ts_config)::text || ')' AS detail
+        FROM counted a FULL JOIN kept t ON t.collection = a.collection AND t.ts_config = a.ts_config
+        WHERE (a.chunks IS DISTINCT FROM t.chunks OR a.tokens IS DISTINCT FROM t.tokens)
+          AND NOT EXISTS (SELECT 1 FROM {s}.collection k
+                          WHERE k.name = coalesce(a.collection, t.collection) AND k.term_stat_pending)"""),
     ("tsvector", "a chunk has no tsvector",
      """SELECT d.path AS subject, count(*) || ' chunks' AS detail FROM {s}.chunk c JOIN {s}.document d ON d.id = c.document_id AND d.collection = c.collection
         WHERE c.tsv IS NULL GROUP BY d.path"""),
@@ -75,6 +103,8 @@ class Problem:
 
 
 READER_SETTINGS = "reader_settings"
+# Problems whose subject is a collection: repaired by counting its statistics again.
+STATISTICS = ("term_stat", "chunk_stat")
 
 
 def check(conn: psycopg.Connection[Any], schema: str = "ragpg") -> list[Problem]:
@@ -94,12 +124,21 @@ def check(conn: psycopg.Connection[Any], schema: str = "ragpg") -> list[Problem]
 
 
 def mark_for_repair(conn: psycopg.Connection[Any], problems: list[Problem], schema: str = "ragpg") -> int:
-    """Make the next ingest re-index the documents concerned, even if their files are unchanged."""
-    paths = sorted({p.subject for p in problems if p.code != READER_SETTINGS})  # roles are no paths
-    if not paths:
-        return 0
-    stmt = sql.SQL(
-        "UPDATE {s}.document SET fingerprint = 'needs-repair' WHERE path = ANY(%(paths)s)"
-    ).format(s=sql.Identifier(schema))
+    """Make the next ingest re-index the documents concerned, even if their files are
+    unchanged, and count again the statistics of the collections concerned (marked pending:
+    searches do without them meanwhile). Returns the documents and collections marked."""
+    paths = sorted({p.subject for p in problems if p.code not in (READER_SETTINGS, *STATISTICS)})
+    collections = sorted({p.subject for p in problems if p.code in STATISTICS})
+    s = sql.Identifier(schema)
+    marked = 0
     with conn.transaction():
-        return conn.execute(stmt, {"paths": paths}).rowcount
+        if paths:
+            marked += conn.execute(sql.SQL(
+                "UPDATE {s}.document SET fingerprint = 'needs-repair' WHERE path = ANY(%(paths)s)"
+            ).format(s=s), {"paths": paths}).rowcount
+        if collections:
+            marked += conn.execute(sql.SQL(
+                "INSERT INTO {s}.collection (name, term_stat_pending) SELECT unnest(%(names)s::text[]), true"
+                " ON CONFLICT (name) DO UPDATE SET term_stat_pending = true"
+            ).format(s=s), {"names": collections}).rowcount
+    return marked

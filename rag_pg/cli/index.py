@@ -7,8 +7,8 @@ from typing import Any
 
 import click
 
+from rag_pg.admin.check import STATISTICS, mark_for_repair
 from rag_pg.admin.check import check as run_check
-from rag_pg.admin.check import mark_for_repair
 from rag_pg.cli._common import (
     EXIT_OK,
     EXIT_PARTIAL,
@@ -123,7 +123,8 @@ def stats(obj: Context, collection: str | None, as_json: bool) -> None:
 
 
 @click.command()
-@click.option("--repair", is_flag=True, help="Mark the documents concerned so the next ingest re-indexes them.")
+@click.option("--repair", is_flag=True,
+              help="Mark the documents (and statistics) concerned so the next ingest repairs them.")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 @click.pass_obj
 def check(obj: Context, repair: bool, as_json: bool) -> None:
@@ -142,8 +143,12 @@ def check(obj: Context, repair: bool, as_json: bool) -> None:
         else:
             for p in problems:
                 click.echo(f"{p.code}: {p.subject}: {p.detail}")
+            recount = len({p.subject for p in problems if p.code in STATISTICS}) if marked else 0
             click.echo("index ok" if not problems else f"{len(problems)} problem(s)"
-                       + (f"; {marked} document(s) will be re-indexed by the next ingest" if marked else ""))
+                       + (f"; {marked - recount} document(s) will be re-indexed by the next ingest"
+                          if marked > recount else "")
+                       + (f"; {recount} collection(s)' statistics will be counted again by the next"
+                          " ingest" if recount else ""))
         return EXIT_OK if not problems else EXIT_PARTIAL
 
     run_guarded(go)

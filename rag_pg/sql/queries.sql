@@ -87,6 +87,48 @@ SELECT chunk_id, collection, model, embedding FROM pg_temp.ragpg_vector_stage;
 -- name: vector_stage_clear
 DELETE FROM pg_temp.ragpg_vector_stage;
 
+-- The term statistics of a first load (see migration 0014): the collection is marked pending
+-- before its first chunk is written, so that the triggers leave its chunks out, and rebuilt
+-- from its chunks in one transaction at the end of the load.
+-- name: term_stats_pending
+SELECT coalesce((SELECT term_stat_pending FROM {schema}.collection WHERE name = %(collection)s),
+                false) AS pending;
+
+-- name: term_stats_defer
+INSERT INTO {schema}.collection (name, term_stat_pending) VALUES (%(collection)s, true)
+ON CONFLICT (name) DO UPDATE SET term_stat_pending = true;
+
+-- name: term_stats_memory
+-- The count's hash table holds one entry per distinct lexeme: in memory, not spilled to disk in
+-- batches (the server's 4 MB default holds about 40,000). Raised for this transaction only,
+-- never lowered.
+SELECT set_config('work_mem', '64MB', true)
+WHERE pg_size_bytes('64MB') > pg_size_bytes(current_setting('work_mem'));
+
+-- name: term_stats_drop
+DELETE FROM {schema}.term_stat WHERE collection = %(collection)s;
+
+-- name: chunk_stats_drop
+DELETE FROM {schema}.chunk_stat WHERE collection = %(collection)s;
+
+-- name: term_stats_count
+INSERT INTO {schema}.term_stat (collection, ts_config, lexeme, df, max_tf, min_dl)
+SELECT c.collection, c.ts_config, u.lexeme, count(*), max(cardinality(u.positions)),
+       min(c.token_count)
+FROM {schema}.chunk c CROSS JOIN LATERAL unnest(c.tsv) AS u
+WHERE c.collection = %(collection)s
+GROUP BY 1, 2, 3
+ORDER BY 1, 2, 3;
+
+-- name: chunk_stats_count
+INSERT INTO {schema}.chunk_stat (collection, ts_config, chunks, tokens)
+SELECT c.collection, c.ts_config, count(*), sum(c.token_count)
+FROM {schema}.chunk c WHERE c.collection = %(collection)s
+GROUP BY 1, 2;
+
+-- name: term_stats_resume
+UPDATE {schema}.collection SET term_stat_pending = false WHERE name = %(collection)s;
+
 -- name: documents_prune
 DELETE FROM {schema}.document
 WHERE collection = %(collection)s AND path = ANY(%(paths)s)

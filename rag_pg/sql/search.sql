@@ -478,10 +478,18 @@ SELECT g.model, g.dimension FROM {schema}.collection g WHERE g.name = %(collecti
 -- (chunk_stat, one row per text search configuration), not the documents: a few index
 -- entries whatever the collection's size. They count the chunks of documents indexed for
 -- keyword search only too: such a collection may take the index where its vectors alone
--- would have allowed exact search, never the other way round.
+-- would have allowed exact search, never the other way round. While the collection's term
+-- statistics are pending (a first load under way, or killed: migration 0014) they are
+-- incomplete: small then sums the documents' chunk counts, and the keyword leg counts its
+-- own document frequencies (term_stat_pending: the exhaustive leg).
 SELECT g.model, g.dimension,
-       coalesce((SELECT sum(s.chunks) FROM {schema}.chunk_stat s WHERE s.collection = k.name), 0)
+       coalesce(CASE WHEN g.term_stat_pending
+                     THEN (SELECT sum(d.chunk_count) FROM {schema}.document d
+                           WHERE d.collection = k.name)
+                     ELSE (SELECT sum(s.chunks) FROM {schema}.chunk_stat s
+                           WHERE s.collection = k.name) END, 0)
            <= {exact_limit} AS small,
+       coalesce(g.term_stat_pending, false) AS term_stat_pending,
        CASE WHEN g.model IS NULL THEN NULL
             WHEN i.definition LIKE '%%::halfvec(%%' THEN 'halfvec'
             WHEN i.definition IS NOT NULL THEN 'vector' END AS vector_kind,
