@@ -53,7 +53,9 @@ query_st = st.tuples(
     st.one_of(st.none(), st.integers(min_value=1, max_value=3)),  # max_per_document
     st.sampled_from([None, "a", "b/x"]),  # path prefix
     st.sampled_from([1, 2, 4, 8, 40]),  # postings scored first (moves work, not results)
-    st.sampled_from([0, 5000]),  # exact_limit: a filter's chunks scored alone, or the GIN scans
+    # exact_limit: the GIN scans (0), a filter's chunks scored alone (5000), or in between (3):
+    # a filter of few documents but more chunks, whose rest is read by whichever way reads less
+    st.sampled_from([0, 3, 5000]),
 )
 
 
@@ -256,6 +258,32 @@ def test_a_selective_filter_reads_only_its_own_documents_chunks(db_url: str) -> 
         wide = explained(conn, searcher, replace(plan, exact_limit=10))  # 40 chunks > 10
         assert rows_of(wide, "kw_small_match") == 0 and (rows_of(wide, "kw_seed_match") or 0) > 0
         both(conn, searcher, replace(plan, exact_limit=10))
+
+
+def test_a_filters_rest_is_read_from_its_own_chunks_when_they_are_fewer(db_url: str) -> None:
+    """Every chunk holds "base"; "zèbre", the seed, is mostly outside the filter, so theta stays
+    0 and "base" is essential: its postings (every chunk) outnumber the filter's chunks, which
+    are read instead of them. The same list as the exhaustive leg either way."""
+    store, searcher = Store("ragpg"), Searcher("ragpg")
+    docs = [prepared(i, "simple", [(["base", "de"] + ["zèbre"] * (i % 3 == 0 or i == 1), i % 5)] * 3)
+            for i in range(240)]
+    # path_of: slot % 3 == 1 lies under b/x, 80 documents and 240 chunks of the 720; "zèbre" is
+    # in 3 of them (document 1), fewer than the 5 candidates
+    plan = SearchPlan(collection="g", k=5, mode="keyword", query_text="zèbre base",
+                      candidates=5, path_prefix="b/x", exact_limit=100)
+    with psycopg.connect(db_url) as conn:
+        conn.autocommit = True
+        for start in range(0, len(docs), 60):
+            store.replace_documents(conn, "g", docs[start:start + 60], None)
+        conn.execute("ANALYZE ragpg.chunk")
+        both(conn, searcher, plan)
+        tree = explained(conn, searcher, plan)
+        assert (rows_of(tree, "kw_rest_match") or 0) == 0
+        assert rows_of(tree, "kw_small_match") == 3 * (80 - 1)  # "base" in the filter's other chunks
+        # A filter of more documents than exact_limit is not counted: the GIN scans stand.
+        wide = explained(conn, searcher, replace(plan, exact_limit=50))
+        assert (rows_of(wide, "kw_rest_match") or 0) > 0 and (rows_of(wide, "kw_small_match") or 0) == 0
+        both(conn, searcher, replace(plan, exact_limit=50))
 
 
 @given(qtf=st.integers(1, 5), df=st.integers(1, 500), extra_n=st.integers(0, 5000),

@@ -168,6 +168,13 @@ kw AS (
 --   missed, so kw_ranked is identical. The 1e-9 margin covers the sums' rounding.
 --   The seed is scored on its own because theta, which picks the rest, depends on its
 --   scores; kw_rest scores every chunk found after it (kw_rest_match or kw_small_match).
+--   Under a filter the rest is read whichever way reads less (by_filter): the essential
+--   terms' postings through the GIN index (kw_rest_match, each posting then checked against
+--   the filter), or the filter's own chunks, tested for the same terms (kw_small_match), when
+--   they are fewer than those postings. A selective filter keeps few of the seed's chunks, so
+--   theta stays low and frequent words become essential: their postings, most of the
+--   collection, would be read to keep the filter's share of them. Both ways keep the same
+--   chunks (the filter's, holding an essential term and no seed term), so the list is the same.
 -- kw_stats: N and the total length per configuration from chunk_stat (the same triggers keep
 --   it), equal to the sums of the documents' chunk_count / token_count the exhaustive leg
 --   reads, without reading every document row of the collection.
@@ -206,7 +213,7 @@ kw_bounds AS MATERIALIZED (
                         LIMIT 1) ts
 ),
 kw_plan AS MATERIALIZED (
-    SELECT b.lexeme, b.ub,
+    SELECT b.lexeme, b.ub, b.df,
            coalesce(sum(b.df) OVER (ORDER BY b.ub DESC, b.cfg, b.lexeme
                                     ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)
                < {seed_postings} AS seed,
@@ -252,7 +259,9 @@ kw_theta AS MATERIALIZED (
                      OFFSET {candidates} - 1 LIMIT 1), 0) AS theta
 ),
 kw_rest_query AS MATERIALIZED (
-    SELECT string_agg(p.quoted, ' | ')::tsquery AS q
+    SELECT string_agg(p.quoted, ' | ')::tsquery AS q,
+           (SELECT counted AND NOT small FROM kw_scope)
+               AND (SELECT chunks FROM kw_scope) < coalesce(sum(p.df), 0) AS by_filter
     FROM kw_plan p
     WHERE NOT p.seed AND p.ub_prefix * (1 + 1e-9) >= (SELECT theta FROM kw_theta)
 ),
@@ -264,7 +273,7 @@ kw_rest_match AS MATERIALIZED (
     CROSS JOIN LATERAL unnest(ts_filter(setweight(c.tsv, 'A', (SELECT lexemes FROM kw_query)),
                                         ARRAY['a']::"char"[])) AS u
     WHERE c.collection IS NOT DISTINCT FROM %(collection)s AND c.tsv @@ (SELECT q FROM kw_rest_query)
-      AND NOT (SELECT small FROM kw_scope)
+      AND NOT (SELECT small FROM kw_scope) AND NOT (SELECT by_filter FROM kw_rest_query)
       AND NOT coalesce(ts_match_vq(c.tsv, (SELECT seed_q FROM kw_query)), false)
       AND ts_match_vq(c.tsv, (SELECT prefilter FROM kw_query)) AND {keep}
 ),
@@ -278,8 +287,12 @@ kw_small_match AS MATERIALIZED (
                         OFFSET 0) c
     CROSS JOIN LATERAL unnest(ts_filter(setweight(c.tsv, 'A', (SELECT lexemes FROM kw_query)),
                                         ARRAY['a']::"char"[])) AS u
-    WHERE {doc_filter} AND (SELECT small FROM kw_scope)
+    WHERE {doc_filter}
+      AND ((SELECT small FROM kw_scope) OR (SELECT by_filter FROM kw_rest_query))
       AND ts_match_vq(c.tsv, (SELECT prefilter FROM kw_query))
+      AND ((SELECT small FROM kw_scope)
+           OR ts_match_vq(c.tsv, (SELECT q FROM kw_rest_query))
+              AND NOT coalesce(ts_match_vq(c.tsv, (SELECT seed_q FROM kw_query)), false))
 ),
 kw_rest AS MATERIALIZED (
     SELECT m.chunk_id, min(m.document_id) AS document_id,
@@ -312,9 +325,11 @@ kw_ranked AS (
 )
 
 -- name: search_keyword_scope
--- As vec_scope: at most exact_limit + 1 document rows are read.
+-- As vec_scope: at most exact_limit + 1 document rows are read. chunks is the filter's chunk
+-- count when counted (every matching document was read), a lower bound otherwise.
 kw_scope AS MATERIALIZED (
-    SELECT coalesce(sum(s.chunk_count), 0) <= {exact_limit} AS small
+    SELECT coalesce(sum(s.chunk_count), 0) <= {exact_limit} AS small,
+           coalesce(sum(s.chunk_count), 0) AS chunks, count(*) <= {exact_limit} AS counted
     FROM (SELECT d.chunk_count FROM {schema}.document d
           WHERE d.chunk_count > 0 AND {doc_filter}
           LIMIT {exact_limit} + 1) s
@@ -322,7 +337,7 @@ kw_scope AS MATERIALIZED (
 
 -- name: search_keyword_scope_whole
 -- A whole collection: the GIN scans (its size is the postings' business).
-kw_scope AS (SELECT false AS small)
+kw_scope AS (SELECT false AS small, 0::bigint AS chunks, false AS counted)
 
 -- name: search_keyword_keep_join
 -- kw_match's join to document, for the filters (a whole-collection search keeps every chunk).

@@ -37,7 +37,8 @@ vec_ranked AS (
     LIMIT 40
 ),
 kw_scope AS MATERIALIZED (
-    SELECT coalesce(sum(s.chunk_count), 0) <= 5000 AS small
+    SELECT coalesce(sum(s.chunk_count), 0) <= 5000 AS small,
+           coalesce(sum(s.chunk_count), 0) AS chunks, count(*) <= 5000 AS counted
     FROM (SELECT d.chunk_count FROM "ragpg".document d
           WHERE d.chunk_count > 0 AND d.collection = %(collection)s
       AND d.level = %(level)s
@@ -66,7 +67,7 @@ kw_bounds AS MATERIALIZED (
                         LIMIT 1) ts
 ),
 kw_plan AS MATERIALIZED (
-    SELECT b.lexeme, b.ub,
+    SELECT b.lexeme, b.ub, b.df,
            coalesce(sum(b.df) OVER (ORDER BY b.ub DESC, b.cfg, b.lexeme
                                     ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)
                < 40 AS seed,
@@ -113,7 +114,9 @@ kw_theta AS MATERIALIZED (
                      OFFSET 40 - 1 LIMIT 1), 0) AS theta
 ),
 kw_rest_query AS MATERIALIZED (
-    SELECT string_agg(p.quoted, ' | ')::tsquery AS q
+    SELECT string_agg(p.quoted, ' | ')::tsquery AS q,
+           (SELECT counted AND NOT small FROM kw_scope)
+               AND (SELECT chunks FROM kw_scope) < coalesce(sum(p.df), 0) AS by_filter
     FROM kw_plan p
     WHERE NOT p.seed AND p.ub_prefix * (1 + 1e-9) >= (SELECT theta FROM kw_theta)
 ),
@@ -125,7 +128,7 @@ kw_rest_match AS MATERIALIZED (
     CROSS JOIN LATERAL unnest(ts_filter(setweight(c.tsv, 'A', (SELECT lexemes FROM kw_query)),
                                         ARRAY['a']::"char"[])) AS u
     WHERE c.collection IS NOT DISTINCT FROM %(collection)s AND c.tsv @@ (SELECT q FROM kw_rest_query)
-      AND NOT (SELECT small FROM kw_scope)
+      AND NOT (SELECT small FROM kw_scope) AND NOT (SELECT by_filter FROM kw_rest_query)
       AND NOT coalesce(ts_match_vq(c.tsv, (SELECT seed_q FROM kw_query)), false)
       AND ts_match_vq(c.tsv, (SELECT prefilter FROM kw_query)) AND (d.collection = %(collection)s
       AND d.level = %(level)s)
@@ -141,8 +144,12 @@ kw_small_match AS MATERIALIZED (
     CROSS JOIN LATERAL unnest(ts_filter(setweight(c.tsv, 'A', (SELECT lexemes FROM kw_query)),
                                         ARRAY['a']::"char"[])) AS u
     WHERE d.collection = %(collection)s
-      AND d.level = %(level)s AND (SELECT small FROM kw_scope)
+      AND d.level = %(level)s
+      AND ((SELECT small FROM kw_scope) OR (SELECT by_filter FROM kw_rest_query))
       AND ts_match_vq(c.tsv, (SELECT prefilter FROM kw_query))
+      AND ((SELECT small FROM kw_scope)
+           OR ts_match_vq(c.tsv, (SELECT q FROM kw_rest_query))
+              AND NOT coalesce(ts_match_vq(c.tsv, (SELECT seed_q FROM kw_query)), false))
 ),
 kw_rest AS MATERIALIZED (
     SELECT m.chunk_id, min(m.document_id) AS document_id,
