@@ -271,6 +271,10 @@ class RagPG:
                     conn, collection, self.settings.retrieval.exact_limit)
         except (ExtensionUnavailable, psycopg.errors.UndefinedTable):
             raise self._schema_missing() from None
+        except psycopg.errors.UndefinedColumn:
+            # A schema of an earlier ragpg version, not upgraded since.
+            schema = self.settings.database.schema
+            raise SchemaMissing(f"the {schema!r} schema is out of date: run `ragpg init`") from None
 
     def _run_plan(self, conn: psycopg.Connection[Any], collection: str,
                   plan: SearchPlan) -> tuple[list[Candidate], CollectionModel]:

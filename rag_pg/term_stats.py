@@ -17,6 +17,7 @@ from typing import Any
 import psycopg
 from psycopg.rows import scalar_row
 
+from rag_pg.errors import SchemaMissing
 from rag_pg.queries import Queries
 
 _REBUILD = ("term_stats_memory", "term_stats_drop", "chunk_stats_drop", "term_stats_count", "chunk_stats_count",
@@ -29,9 +30,13 @@ class TermStatistics:
     q: Queries
 
     def term_stats_pending(self, conn: psycopg.Connection[Any], collection: str) -> bool:
-        with conn.cursor(row_factory=scalar_row) as cur:
-            return bool(cur.execute(self.q("term_stats_pending"),
-                                    {"collection": collection}).fetchone())
+        try:
+            with conn.cursor(row_factory=scalar_row) as cur:
+                return bool(cur.execute(self.q("term_stats_pending"),
+                                        {"collection": collection}).fetchone())
+        except psycopg.errors.UndefinedColumn:  # a schema of an earlier version, not upgraded
+            raise SchemaMissing(f"the {self.q.schema!r} schema is out of date: run `ragpg init`"
+                                ) from None
 
     def defer_term_stats(self, conn: psycopg.Connection[Any], collection: str) -> None:
         """Mark the collection pending (committed before the first chunk is written)."""

@@ -143,3 +143,33 @@ def test_the_cli_says_what_repair_marks(db_url: str, tmp_path: Path) -> None:
     assert out.returncode == 1
     assert out.stdout.splitlines()[-1] == (
         "1 problem(s); 1 collection(s)' statistics will be counted again by the next ingest")
+
+
+def test_an_earlier_versions_schema_is_one_line_run_init(db_url: str, tmp_path: Path) -> None:
+    """A schema at 0013 (before the pending mark): search and ingest say to run `ragpg init`."""
+    from alembic import command
+    from sqlalchemy import create_engine, pool
+
+    from rag_pg import migrate
+    from rag_pg.errors import SchemaMissing
+
+    tree = write_tree(tmp_path / "tree", 3)
+    with RagPG(db_url, Settings().with_overrides(**KEYWORD_ONLY)) as rag:
+        rag.ingest(tree)
+    engine = create_engine("postgresql+psycopg://", creator=lambda: psycopg.connect(db_url),
+                           poolclass=pool.NullPool)
+    cfg = migrate.alembic_config("ragpg")
+    with engine.begin() as sa_conn:
+        cfg.attributes["connection"] = sa_conn
+        command.downgrade(cfg, "0013")
+    engine.dispose()
+    with RagPG(db_url, Settings().with_overrides(**KEYWORD_ONLY)) as rag:
+        for attempt in (lambda: rag.search("sauvegarde", k=3), lambda: rag.ingest(tree)):
+            try:
+                attempt()
+            except SchemaMissing as exc:
+                assert str(exc) == "the 'ragpg' schema is out of date: run `ragpg init`"
+            else:
+                raise AssertionError("an out-of-date schema was used")
+        rag.init()
+        assert rag.search("sauvegarde", k=3)
