@@ -76,14 +76,14 @@ CHECKS: tuple[tuple[str, str, str], ...] = (
      """WITH counted AS (SELECT c.collection, c.ts_config, count(*) AS chunks,
                                 sum(c.token_count) AS tokens
                          FROM {s}.chunk c GROUP BY 1, 2),
-        kept AS (SELECT * FROM {s}.chunk_stat WHERE chunks <> 0 OR tokens <> 0)
-        SELECT coalesce(a.collection, t.collection) AS subject,
-               coalesce(t.chunks, 0) || ' chunks recorded, ' || coalesce(a.chunks, 0) || ' stored ('
-                   || coalesce(a.ts_config, t.ts_config)::text || ')' AS detail
-        FROM counted a FULL JOIN kept t ON t.collection = a.collection AND t.ts_config = a.ts_config
-        WHERE (a.chunks IS DISTINCT FROM t.chunks OR a.tokens IS DISTINCT FROM t.tokens)
+        kept AS (SELECT t.* FROM {s}.chunk_stat t WHERE t.chunks <> 0 OR t.tokens <> 0)
+        SELECT coalesce(c.collection, t.collection) AS subject,
+               coalesce(t.chunks, 0) || ' chunks recorded, ' || coalesce(c.chunks, 0) || ' stored ('
+                   || coalesce(c.ts_config, t.ts_config)::text || ')' AS detail
+        FROM counted c FULL JOIN kept t ON t.collection = c.collection AND t.ts_config = c.ts_config
+        WHERE (c.chunks IS DISTINCT FROM t.chunks OR c.tokens IS DISTINCT FROM t.tokens)
           AND NOT EXISTS (SELECT 1 FROM {s}.collection k
-                          WHERE k.name = coalesce(a.collection, t.collection) AND k.term_stat_pending)"""),
+                          WHERE k.name = coalesce(c.collection, t.collection) AND k.term_stat_pending)"""),
     ("tsvector", "a chunk has no tsvector",
      """SELECT d.path AS subject, count(*) || ' chunks' AS detail FROM {s}.chunk c JOIN {s}.document d ON d.id = c.document_id AND d.collection = c.collection
         WHERE c.tsv IS NULL GROUP BY d.path"""),
