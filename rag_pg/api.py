@@ -272,9 +272,7 @@ class RagPG:
         except (ExtensionUnavailable, psycopg.errors.UndefinedTable):
             raise self._schema_missing() from None
         except psycopg.errors.UndefinedColumn:
-            # A schema of an earlier ragpg version, not upgraded since.
-            schema = self.settings.database.schema
-            raise SchemaMissing(f"the {schema!r} schema is out of date: run `ragpg init`") from None
+            raise SchemaMissing.out_of_date(self.settings.database.schema) from None
 
     def _run_plan(self, conn: psycopg.Connection[Any], collection: str,
                   plan: SearchPlan) -> tuple[list[Candidate], CollectionModel]:

@@ -100,6 +100,11 @@ class SchemaMissing(StoreError):
 
     exit_code = 2
 
+    @classmethod
+    def out_of_date(cls, schema: str) -> SchemaMissing:
+        """A schema of an earlier ragpg version, not upgraded since (a column is missing)."""
+        return cls(f"the {schema!r} schema is out of date: run `ragpg init`")
+
 
 class DatabaseTimeout(StoreError):
     """A database call got no answer in time (a frozen or overloaded server): it was cancelled

@@ -35,8 +35,7 @@ class TermStatistics:
                 return bool(cur.execute(self.q("term_stats_pending"),
                                         {"collection": collection}).fetchone())
         except psycopg.errors.UndefinedColumn:  # a schema of an earlier version, not upgraded
-            raise SchemaMissing(f"the {self.q.schema!r} schema is out of date: run `ragpg init`"
-                                ) from None
+            raise SchemaMissing.out_of_date(self.q.schema) from None
 
     def defer_term_stats(self, conn: psycopg.Connection[Any], collection: str) -> None:
         """Mark the collection pending (committed before the first chunk is written)."""

@@ -102,17 +102,12 @@ ALTER TABLE {s}.collection DROP COLUMN term_stat_pending;
 """
 
 
-def _merge_version() -> str:
-    """0012's function, which this one replaces."""
-    text: str = ddl.revision_module("0012_term_stat_merge.py").FOLLOW
-    return text
-
-
 def upgrade(schema: str = "ragpg") -> None:
     ddl.run(UPGRADE, schema)
     ddl.run(FOLLOW, schema)
 
 
 def downgrade(schema: str = "ragpg") -> None:
-    ddl.run(_merge_version(), schema)  # before the column goes: this function reads it
+    merge: str = ddl.revision_module("0012_term_stat_merge.py").FOLLOW  # the function replaced
+    ddl.run(merge, schema)  # before the column goes: this function reads it
     ddl.run(DOWNGRADE, schema)
