@@ -36,6 +36,7 @@ from rag_pg.search import (
     Mode,
     Searcher,
     SearchPlan,
+    exact_chunks,
     settle,
     unfiltered,
 )
@@ -267,8 +268,7 @@ class RagPG:
         try:
             prepare(conn)  # pgvector's types, unless this connection has them already
             with block:
-                return self.searcher.read_collection(
-                    conn, collection, self.settings.retrieval.exact_limit)
+                return self.searcher.read_collection(conn, collection)
         except (ExtensionUnavailable, psycopg.errors.UndefinedTable):
             raise self._schema_missing() from None
         except psycopg.errors.UndefinedColumn:
@@ -322,7 +322,7 @@ class RagPG:
             # The whole collection, whose size was just read: exact search or the index,
             # decided here; with nothing to fuse or rerank, k rows are enough (the index's
             # breadth is ef_search; with a filter, the extra rows also widen the iterative scan).
-            exact = info.small
+            exact = info.chunks <= r.exact_limit
             if mode == "vector" and not use_rerank:
                 candidates = k
         return SearchPlan(
@@ -335,6 +335,7 @@ class RagPG:
             node_type=options["node_type"], max_per_document=options["max_per_document"],
             neighbours=int(options["neighbours"] or 0), expand=options["expand"],
             rrf_k=r.rrf_k, fusion=r.fusion, ef_search=r.ef_search, exact_limit=r.exact_limit,
+            exact_chunks=exact_chunks(r.exact_limit, r.exact_share, info.chunks),
             weights={"vector": r.vector_weight, "keyword": r.keyword_weight},
             bm25=BM25Params(r.bm25_k1, r.bm25_b), max_scan_tuples=r.max_scan_tuples,
             iterative_scan=r.iterative_scan, keyword_exhaustive=info.term_stat_pending,

@@ -45,7 +45,7 @@ class CollectionInfo:
 
     model: str | None
     dimension: int | None
-    small: bool  # at most retrieval.exact_limit chunks: exact search beats the index
+    chunks: int  # the collection's chunks (an upper bound on its vectors)
     term_stat_pending: bool  # the term statistics are being rebuilt: keyword search without them
     vector_kind: str | None  # what the model's index casts to; None: no index (yet)
     pgvector_version: str | None
@@ -91,6 +91,9 @@ class SearchPlan:
     weights: Mapping[str, float] = field(default_factory=lambda: {"vector": 1.0, "keyword": 1.0})
     bm25: BM25Params = field(default_factory=BM25Params)
     exact_limit: int = 5000
+    #: a filtered vector leg is exact when its filters leave at most this many chunks (in at
+    #: most exact_limit documents); None: exact_limit (see :func:`exact_chunks`)
+    exact_chunks: int | None = None
     max_scan_tuples: int = 50000
     iterative_scan: str = "relaxed_order"
     #: exact vector search or the index, when the caller knows (an unfiltered search of a
@@ -145,6 +148,15 @@ def validate(plan: SearchPlan) -> None:
                           f" (got {plan.iterative_scan!r})")
 
 
+def exact_chunks(exact_limit: int, share: float, collection_chunks: int) -> int:
+    """How many chunks a filter may leave for exact vector search: exact_limit, or the share
+    of a large collection. Exact search costs what the filter leaves; a filtered HNSW scan
+    walks the graph until enough rows pass, about 1/selectivity times the unfiltered walk, in a
+    graph whose every step costs more as the collection outgrows memory. Both grow with the
+    collection at a given selectivity, so the break-even is a share of it rather than a count."""
+    return max(exact_limit, int(share * collection_chunks))
+
+
 def settle(plan: SearchPlan, *, iterative_scans: bool = True) -> SearchPlan | None:
     """The plan that runs, or None when nothing can match: a query without a word to match
     searches by meaning only (keyword mode: nothing), and without iterative index scans a
@@ -157,7 +169,8 @@ def settle(plan: SearchPlan, *, iterative_scans: bool = True) -> SearchPlan | No
             return None
         plan = replace(plan, mode="vector")
     if plan.mode in ("hybrid", "vector") and not iterative_scans:
-        plan = replace(plan, exact_limit=2**30, exact=None if plan.exact is None else True)
+        plan = replace(plan, exact_limit=2**30, exact_chunks=2**30,
+                       exact=None if plan.exact is None else True)
     return plan
 
 
@@ -173,14 +186,13 @@ class Searcher:
     def _sql(self, name: str, **parts: sql.Composable) -> sql.Composed:
         return self.q.compose(name, **parts)
 
-    def collection_statement(self, exact_limit: int) -> sql.Composed:
-        return self.q("search_collection", exact_limit=exact_limit, schema_name=self.q.schema)
+    def collection_statement(self) -> sql.Composed:
+        return self.q("search_collection", schema_name=self.q.schema)
 
-    def read_collection(self, conn: psycopg.Connection[Any], collection: str,
-                        exact_limit: int) -> CollectionInfo:
-        """The collection's model, size class, index type and pgvector's version (one row)."""
+    def read_collection(self, conn: psycopg.Connection[Any], collection: str) -> CollectionInfo:
+        """The collection's model, chunk count, index type and pgvector's version (one row)."""
         with conn.cursor(row_factory=class_row(CollectionInfo)) as cur:
-            cur.execute(self.collection_statement(exact_limit), {"collection": collection})
+            cur.execute(self.collection_statement(), {"collection": collection})
             info = cur.fetchone()
         assert info is not None  # the statement always returns one row
         return info
@@ -287,6 +299,8 @@ class Searcher:
         if plan.mode in ("hybrid", "vector"):
             params["qvec"] = plan.query_vector
             params["exact"] = plan.exact
+            params["exact_chunks"] = (plan.exact_limit if plan.exact_chunks is None
+                                      else plan.exact_chunks)
         if plan.mode in ("hybrid", "keyword"):
             kq = keyword_query(plan.query_text)
             params["kw_text"] = kq.text

@@ -65,7 +65,7 @@ def statements() -> dict[str, str]:
     searcher = Searcher("ragpg")
     out = {shape: render(searcher.statement(SearchPlan(**{**BASE, **fields})))
            for shape, fields in SHAPES.items()}
-    out["collection_info"] = render(searcher.collection_statement(5000))
+    out["collection_info"] = render(searcher.collection_statement())
     out["settings"] = render(searcher.q("search_settings"))
     return out
 

@@ -254,8 +254,8 @@ def test_index_settings_shape_the_hnsw_index_and_searches_follow_it(db_url, embe
             ).fetchone()
             assert rag.store.vector_index_kind(conn, model) == "halfvec"
             # what a search reads of the collection names the same index (its name in SQL)
-            info = rag.searcher.read_collection(conn, "default", 0)
-            assert (info.model, info.vector_kind, info.small) == (model, "halfvec", False)
+            info = rag.searcher.read_collection(conn, "default")
+            assert (info.model, info.vector_kind) == (model, "halfvec") and info.chunks > 0
             qvec = rag.provider.embed("query", ["la marmotte dort"])[0]
             request = SearchPlan(collection="default", k=3, mode="vector", query_text="x",
                                     query_vector=qvec, model=model, dimension=len(qvec),
@@ -384,10 +384,11 @@ def test_locate_says_where_a_target_ranks_in_each_leg_or_what_kept_it_out(rag):
     assert missing_section.legs == {}
 
 
-def test_a_collection_is_small_up_to_exact_limit_chunks(db_url):
-    """The size class a whole-collection search reads before choosing exact search: at most
-    exact_limit chunks, as the triggers on chunk count them (those of documents indexed for
-    keyword search only count too: an upper bound on the vectors)."""
+def test_a_search_reads_its_collections_chunk_count(db_url):
+    """The size a search reads before choosing exact search (whole collection: up to
+    exact_limit; a filter: a share of it): the chunks as the triggers on chunk count them
+    (those of documents indexed for keyword search only count too: an upper bound on the
+    vectors)."""
     with psycopg.connect(db_url, autocommit=True) as conn:
         conn.execute("INSERT INTO ragpg.collection (name) VALUES ('c')")
         conn.execute(
@@ -401,12 +402,11 @@ def test_a_collection_is_small_up_to_exact_limit_chunks(db_url):
             " SELECT row_number() OVER (), d.id, 'c', p, '', '', 'mot ' || p, 10, 'h', 'simple'"
             " FROM ragpg.document d CROSS JOIN generate_series(0, 9) p WHERE d.collection = 'c'")
         searcher = Searcher("ragpg")
-        small = {limit: searcher.read_collection(conn, "c", limit).small for limit in (0, 4999, 5000)}
-        assert small == {0: False, 4999: False, 5000: True}
+        assert searcher.read_collection(conn, "c").chunks == 5000
         conn.execute("DELETE FROM ragpg.document WHERE collection = 'c' AND path = 'p1'")
-        assert searcher.read_collection(conn, "c", 4990).small  # the cascade's 10 chunks went
-        unknown = searcher.read_collection(conn, "nothing", 0)
-        assert (unknown.model, unknown.vector_kind, unknown.small) == (None, None, True)
+        assert searcher.read_collection(conn, "c").chunks == 4990  # the cascade's 10 chunks went
+        unknown = searcher.read_collection(conn, "nothing")
+        assert (unknown.model, unknown.vector_kind, unknown.chunks) == (None, None, 0)
         assert unknown.iterative_scans  # the test server's pgvector is >= 0.8
 
 

@@ -216,6 +216,9 @@ class RetrievalSettings:
     iterative_scan: str = "relaxed_order"  # hnsw.iterative_scan: relaxed_order | strict_order | off
     max_scan_tuples: int = 50000  # hnsw.max_scan_tuples for filtered searches
     exact_limit: int = 5000  # exact (no index) vector search when filters leave <= this many chunks
+    # ... or at most this share of a large collection's chunks (in at most exact_limit
+    # documents): a filtered HNSW scan walks about 1/share more of the graph for its rows
+    exact_share: float = 0.02
 
     def __post_init__(self) -> None:
         _require([
@@ -234,6 +237,8 @@ class RetrievalSettings:
              f" (got {self.iterative_scan!r})"),
             (self.ef_search <= 0 or self.max_scan_tuples <= 0 or self.exact_limit < 0,
              "retrieval.ef_search and max_scan_tuples must be > 0, exact_limit >= 0"),
+            (not 0 <= self.exact_share <= 1,
+             f"retrieval.exact_share must be between 0 and 1 (got {self.exact_share})"),
         ])
 
 

@@ -5,10 +5,13 @@
 
 -- name: search_vector_scope
 -- Decides exact vs approximate search: the filters leave few enough vectors when at most
--- exact_limit chunks of embedded documents match. At most exact_limit + 1 document rows are
--- read (each counted document has at least one chunk), so an unfiltered query stays cheap.
+-- exact_chunks chunks of embedded documents match (exact_limit, or a share of a large
+-- collection: search.exact_chunks). At most exact_limit + 1 document rows are read (each
+-- counted document has at least one chunk), so a broad filter stays cheap to count; a filter
+-- of more documents than that takes the index whatever its chunks.
 vec_scope AS (
-    SELECT coalesce(sum(s.chunk_count), 0) <= {exact_limit} AS exact
+    SELECT coalesce(sum(s.chunk_count), 0) <= %(exact_chunks)s AND count(*) <= {exact_limit}
+           AS exact
     FROM (SELECT d.chunk_count FROM {schema}.document d
           WHERE d.embed AND d.chunk_count > 0 AND {doc_filter}
           LIMIT {exact_limit} + 1) s
@@ -485,25 +488,24 @@ SELECT g.model, g.dimension FROM {schema}.collection g WHERE g.name = %(collecti
 
 -- name: search_collection
 -- What a search needs to know of its collection before it embeds the query, in the search's
--- own snapshot: the model and dimension of its vectors, whether the whole collection is small
--- enough for exact search (at most exact_limit chunks), the type the model's partial HNSW
--- index casts to (a search must cast the same to use it; the name is
--- store.vector_index_name's), and pgvector's version (iterative index scans need 0.8). One
--- row, the collection known or not. small reads the chunk counts the triggers on chunk keep
+-- own snapshot: the model and dimension of its vectors, how many chunks it holds (up to
+-- exact_limit a whole-collection search is exact; a filter's exact share is of this count),
+-- the type the model's partial HNSW index casts to (a search must cast the same to use it;
+-- the name is store.vector_index_name's), and pgvector's version (iterative index scans need
+-- 0.8). One row, the collection known or not. chunks reads the chunk counts the triggers on chunk keep
 -- (chunk_stat, one row per text search configuration), not the documents: a few index
 -- entries whatever the collection's size. They count the chunks of documents indexed for
 -- keyword search only too: such a collection may take the index where its vectors alone
 -- would have allowed exact search, never the other way round. While the collection's term
 -- statistics are pending (a first load under way, or killed: migration 0014) they are
--- incomplete: small then sums the documents' chunk counts, and the keyword leg counts its
+-- incomplete: chunks then sums the documents' chunk counts, and the keyword leg counts its
 -- own document frequencies (term_stat_pending: the exhaustive leg).
 SELECT g.model, g.dimension,
        coalesce(CASE WHEN g.term_stat_pending
                      THEN (SELECT sum(d.chunk_count) FROM {schema}.document d
                            WHERE d.collection = k.name)
                      ELSE (SELECT sum(s.chunks) FROM {schema}.chunk_stat s
-                           WHERE s.collection = k.name) END, 0)
-           <= {exact_limit} AS small,
+                           WHERE s.collection = k.name) END, 0)::bigint AS chunks,
        coalesce(g.term_stat_pending, false) AS term_stat_pending,
        CASE WHEN g.model IS NULL THEN NULL
             WHEN i.definition LIKE '%%::halfvec(%%' THEN 'halfvec'

@@ -1,5 +1,6 @@
 WITH vec_scope AS (
-    SELECT coalesce(sum(s.chunk_count), 0) <= 5000 AS exact
+    SELECT coalesce(sum(s.chunk_count), 0) <= %(exact_chunks)s AND count(*) <= 5000
+           AS exact
     FROM (SELECT d.chunk_count FROM "ragpg".document d
           WHERE d.embed AND d.chunk_count > 0 AND d.collection = %(collection)s
       AND NOT EXISTS (
