@@ -15,7 +15,7 @@ from psycopg.rows import scalar_row
 from rag_pg import records, replica, tenancy
 from rag_pg.bm25 import BM25Params
 from rag_pg.config import Settings
-from rag_pg.db import ConnectionSource, Database, PoolSource, prepare, source_for
+from rag_pg.db import ConnectionSource, Database, PoolSource, prepare, read_snapshot, source_for
 from rag_pg.embed import make_provider, serving
 from rag_pg.embed.base import EmbeddingProvider
 from rag_pg.errors import ConfigError, ExtensionUnavailable, RagError, SchemaMissing, StoreError
@@ -41,12 +41,6 @@ from rag_pg.search import (
     unfiltered,
 )
 from rag_pg.store import Store
-
-#: A search reads its collection and its candidates in one snapshot, so that the model it
-#: embedded the query with is the one whose vectors it scans, even while `ragpg reembed`
-#: switches the collection to another model. Read-only: it never waits, never fails to commit.
-SEARCH_SNAPSHOT = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
-_IDLE = psycopg.pq.TransactionStatus.IDLE
 
 
 class RagPG:
@@ -278,16 +272,12 @@ class RagPG:
                   plan: SearchPlan) -> tuple[list[Candidate], CollectionModel]:
         """The candidates and the collection's model as one snapshot saw them, in one round
         trip (BEGIN, model, settings, statement, COMMIT, pipelined)."""
-        snapshot = conn.info.transaction_status == _IDLE  # else a caller's transaction
         try:
-            with conn.pipeline():
-                with conn.transaction():
-                    if snapshot:
-                        conn.execute(SEARCH_SNAPSHOT)
-                    seen = self.searcher.send_model(conn, collection)
-                    cur = self.searcher.execute(conn, plan)
-                model = seen.fetchone() or CollectionModel(None, None)
-                rows = cur.fetchall()
+            with read_snapshot(conn):
+                seen = self.searcher.send_model(conn, collection)
+                cur = self.searcher.execute(conn, plan)
+            model = seen.fetchone() or CollectionModel(None, None)
+            rows = cur.fetchall()
         except psycopg.errors.UndefinedTable:
             raise self._schema_missing() from None
         return rows, model

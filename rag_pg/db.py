@@ -50,6 +50,13 @@ KEEPALIVE_OPTIONS = {
 }
 RV = TypeVar("RV")
 _IDLE = psycopg.pq.TransactionStatus.IDLE
+_OPEN = (psycopg.pq.TransactionStatus.INTRANS, psycopg.pq.TransactionStatus.INERROR)
+
+#: A search reads its collection and its candidates in one snapshot, so that the model it
+#: embedded the query with is the one whose vectors it scans, even while `ragpg reembed`
+#: switches the collection to another model. Read-only: it never waits, never fails to commit.
+BEGIN_SNAPSHOT = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"
+SET_SNAPSHOT = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
 
 
 class DeadlineConnection(psycopg.Connection[TupleRow]):
@@ -127,6 +134,40 @@ def prepare(conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
                 "the pgvector extension is not installed in this database: run `ragpg init`"
             ) from exc
     return conn
+
+
+@contextmanager
+def read_snapshot(conn: psycopg.Connection[Any]) -> Iterator[None]:
+    """Run the statements sent in the block in one read-only snapshot, in one round trip.
+
+    The statements are pipelined; their rows are read once the block has ended. On an idle
+    autocommit connection (ragpg's own) BEGIN and COMMIT travel in the pipeline beside them,
+    and the block's end is the one Sync: psycopg's ``transaction()`` in a pipeline syncs
+    after BEGIN and around COMMIT to learn the transaction's state (four waits for the
+    server instead of one). Inside a caller's transaction the block is a savepoint of it;
+    on a caller's connection that is not autocommit, psycopg's own transaction.
+    """
+    if not conn.autocommit or conn.info.transaction_status != _IDLE:
+        snapshot = conn.info.transaction_status == _IDLE  # else a caller's transaction
+        with conn.pipeline(), conn.transaction():
+            if snapshot:
+                conn.execute(SET_SNAPSHOT)
+            yield
+        return
+    # The tenant, as DeadlineConnection.transaction names it in each transaction it opens.
+    tenant = tenancy.active() if isinstance(conn, DeadlineConnection) else None
+    try:
+        with conn.pipeline():
+            conn.execute(BEGIN_SNAPSHOT)
+            if tenant is not None:
+                conn.execute(tenancy.statement(tenant))
+            yield
+            conn.execute("COMMIT")
+    except BaseException:
+        # A failed statement leaves the transaction open (the pipeline skipped the COMMIT).
+        if not conn.closed and conn.info.transaction_status in _OPEN:
+            conn.rollback()
+        raise
 
 
 def _configure(conn: psycopg.Connection[Any], call_timeout: float | None) -> None:

@@ -14,6 +14,7 @@ from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
 
 from rag_pg.bm25 import MAX_QUERY_WORDS, BM25Params, keyword_query
+from rag_pg.db import read_snapshot
 from rag_pg.errors import ConfigError
 from rag_pg.fuse import FUSIONS
 from rag_pg.hits import Candidate, Reranker, shape
@@ -332,13 +333,11 @@ class Searcher:
 
     def run(self, conn: psycopg.Connection[Any], plan: SearchPlan, *,
             reranker: Reranker | None = None, iterative_scans: bool = True) -> list[Hit]:
-        """One search in one round trip (BEGIN, settings, statement, COMMIT, pipelined), or a
-        savepoint inside a caller's transaction. Best hits first (see ``hits.shape``)."""
+        """One search in one round trip (``db.read_snapshot``), or a savepoint inside a
+        caller's transaction. Best hits first (see ``hits.shape``)."""
         settled = settle(plan, iterative_scans=iterative_scans)
         if settled is None:
             return []
-        with conn.pipeline():
-            with conn.transaction():
-                cur = self.execute(conn, settled)
-            rows = cur.fetchall()
-        return shape(rows, settled, reranker=reranker)
+        with read_snapshot(conn):
+            cur = self.execute(conn, settled)
+        return shape(cur.fetchall(), settled, reranker=reranker)
