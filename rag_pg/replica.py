@@ -17,6 +17,7 @@ from contextlib import ExitStack, contextmanager
 from typing import Any
 
 import psycopg
+from psycopg.rows import scalar_row
 
 from rag_pg.config import DatabaseSettings
 from rag_pg.db import ConnectionSource, PoolSource
@@ -49,14 +50,14 @@ class ReadRouter:
         if self.replica is None:
             return
         try:
-            with self.primary.connection() as conn:
-                row = conn.execute(WAL_POSITION).fetchone()
+            with self.primary.connection() as conn, conn.cursor(row_factory=scalar_row) as cur:
+                position = cur.execute(WAL_POSITION).fetchone()
         except (StoreError, psycopg.Error):
             # The primary went away during the write: its own error says so, not this one.
             return
-        if row is not None:
+        if position is not None:
             with self._lock:
-                self._awaited = str(row[0])
+                self._awaited = str(position)
 
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection[Any]]:
@@ -79,11 +80,11 @@ class ReadRouter:
         if awaited is None:
             return self.replica
         try:
-            with self.replica.connection() as conn:
-                row = conn.execute(CAUGHT_UP, (awaited,)).fetchone()
+            with self.replica.connection() as conn, conn.cursor(row_factory=scalar_row) as cur:
+                caught_up = cur.execute(CAUGHT_UP, (awaited,)).fetchone()
         except (StoreError, psycopg.OperationalError):
             return self.primary
-        if not (row and row[0]):
+        if not caught_up:
             return self.primary
         with self._lock:
             if self._awaited == awaited:  # a later write may have moved it on meanwhile

@@ -14,6 +14,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from psycopg.rows import dict_row, scalar_row
+
 from rag_pg.chunk import embedding_text
 from rag_pg.models import Chunk
 from rag_pg.queries import Queries
@@ -35,9 +37,8 @@ def reuse_key(chunk: Chunk) -> ReuseKey:
 
 def chunk_watermark(conn: psycopg.Connection[Any], queries: Queries) -> int:
     """The highest chunk id now: the chunks written from here on are numbered above it."""
-    with conn.cursor() as cur:
-        row = cur.execute(queries("reuse_chunk_watermark")).fetchone()
-    return int(row[0]) if row else 0
+    with conn.cursor(row_factory=scalar_row) as cur:
+        return int(cur.execute(queries("reuse_chunk_watermark")).fetchone() or 0)
 
 
 def stored_vectors(
@@ -60,9 +61,10 @@ def stored_vectors(
     }
     # In a transaction of its own (a savepoint in a caller's): a failed lookup costs only
     # the embeddings it would have saved, never the caller's transaction.
-    with conn.transaction(), conn.cursor(binary=True) as cur:
+    with conn.transaction(), conn.cursor(binary=True, row_factory=dict_row) as cur:
         rows = cur.execute(queries("reuse_vectors"), params).fetchall()
-    return {keys[int(i) - 1]: np.asarray(vec.to_numpy(), dtype=np.float32) for i, vec in rows}
+    return {keys[int(row["i"]) - 1]: np.asarray(row["embedding"].to_numpy(), dtype=np.float32)
+            for row in rows}
 
 
 def group_keys(items: Sequence[PreparedDocument]) -> list[ReuseKey]:

@@ -30,6 +30,7 @@ from typing import Any, TypeVar, cast
 
 import psycopg
 from psycopg import sql
+from psycopg.rows import class_row, dict_row, scalar_row
 
 from rag_pg.errors import ConfigError, StoreError
 
@@ -116,8 +117,10 @@ def scoped(source: S, enabled: bool, tenant: str | None) -> S:
 # Every table of the schema with a collection column (the collection table: its name), so a
 # table added later is covered by the next `ragpg tenancy enable` without being listed here.
 _TABLES = """
-SELECT c.relname, a.attname, c.relrowsecurity, c.relforcerowsecurity,
+SELECT c.relname AS name, a.attname AS column, c.relrowsecurity AS rls,
+       c.relforcerowsecurity AS forced,
        EXISTS (SELECT 1 FROM pg_policy p WHERE p.polrelid = c.oid AND p.polname = %(policy)s)
+           AS has_policy
 FROM pg_class c
 JOIN pg_namespace n ON n.oid = c.relnamespace
 JOIN pg_attribute a ON a.attrelid = c.oid AND NOT a.attisdropped
@@ -126,6 +129,29 @@ WHERE n.nspname = %(schema)s AND c.relkind IN ('r', 'p')
   AND c.relname <> ALL (%(unscoped)s)
 ORDER BY c.relname
 """
+
+
+@dataclass(frozen=True, slots=True)
+class PolicyTable:
+    """A table with a collection column, and where it stands with the tenant policy."""
+
+    name: str
+    column: str  # the column the policy compares: collection (or the collection table's name)
+    rls: bool
+    forced: bool
+    has_policy: bool
+
+    @property
+    def held(self) -> bool:
+        return self.rls and self.forced and self.has_policy
+
+
+@dataclass(frozen=True, slots=True)
+class SurfaceObject:
+    """A view or SECURITY DEFINER function of the published surface (``_SURFACE``)."""
+
+    kind: str  # VIEW | FUNCTION
+    name: str  # qualified and quoted as ALTER ... OWNER TO takes it
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,17 +172,24 @@ class TenancyStatus:
                 "unscoped": list(self.unscoped), "tenants": self.tenants, "roles": self.roles}
 
 
-def _tables(conn: psycopg.Connection[Any], schema: str) -> list[tuple[str, str, bool, bool, bool]]:
-    rows = conn.execute(_TABLES, {"schema": schema, "policy": POLICY,
-                                  "unscoped": list(_UNSCOPED)}).fetchall()
-    return [(str(r[0]), str(r[1]), bool(r[2]), bool(r[3]), bool(r[4])) for r in rows]
+def _tables(conn: psycopg.Connection[Any], schema: str) -> list[PolicyTable]:
+    with conn.cursor(row_factory=class_row(PolicyTable)) as cur:
+        return cur.execute(_TABLES, {"schema": schema, "policy": POLICY,
+                                     "unscoped": list(_UNSCOPED)}).fetchall()
+
+
+def _one_value(conn: psycopg.Connection[Any], query: str | sql.Composed,
+               params: tuple[Any, ...] | None = None) -> Any:
+    """The first column of the first row of ``query``, or None when it returns no row."""
+    with conn.cursor(row_factory=scalar_row) as cur:
+        return cur.execute(query, params).fetchone()
 
 
 def _require_schema(conn: psycopg.Connection[Any], schema: str) -> None:
-    found = conn.execute("SELECT to_regprocedure(%s)", (
+    found = _one_value(conn, "SELECT to_regprocedure(%s)", (
         sql.SQL("{}.tenant_collections()").format(sql.Identifier(schema)).as_string(conn),
-    )).fetchone()
-    if not found or found[0] is None:
+    ))
+    if found is None:
         from rag_pg.errors import SchemaMissing
 
         raise SchemaMissing(f"schema {schema!r} has no tenancy tables: run `ragpg init` first")
@@ -184,27 +217,28 @@ def surface_role(schema: str) -> str:
     return f"{schema}_tenant_views"[:63]
 
 
-def _surface(conn: psycopg.Connection[Any], schema: str) -> list[tuple[str, str]]:
-    return [(str(k), str(n)) for k, n in conn.execute(_SURFACE, {"schema": schema}).fetchall()]
+def _surface(conn: psycopg.Connection[Any], schema: str) -> list[SurfaceObject]:
+    with conn.cursor(row_factory=class_row(SurfaceObject)) as cur:
+        return cur.execute(_SURFACE, {"schema": schema}).fetchall()
 
 
 def _hand_surface(conn: psycopg.Connection[Any], schema: str, owner: sql.Composable) -> None:
-    for kind, name in _surface(conn, schema):
+    for item in _surface(conn, schema):
         # regprocedure's text and format('%I.%I') are quoted already: SQL() keeps them so.
-        conn.execute(sql.SQL("ALTER {} {} OWNER TO {}").format(sql.SQL(kind), sql.SQL(name), owner))
+        conn.execute(sql.SQL("ALTER {} {} OWNER TO {}").format(
+            sql.SQL(item.kind), sql.SQL(item.name), owner))
 
 
 def _surface_owner(conn: psycopg.Connection[Any], schema: str) -> sql.Identifier:
     name = surface_role(schema)
     role = sql.Identifier(name)
     nsp = sql.Identifier(schema)
-    if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (name,)).fetchone() is None:
+    if not _one_value(conn, "SELECT EXISTS (SELECT FROM pg_roles WHERE rolname = %s)", (name,)):
         conn.execute(sql.SQL("CREATE ROLE {} NOLOGIN NOSUPERUSER NOBYPASSRLS NOINHERIT")
                      .format(role))
     # Handing an object to a role needs the right to become it: a CREATEROLE owner that is no
     # superuser holds only ADMIN on the role it created (PostgreSQL 16 and later).
-    member = conn.execute("SELECT pg_has_role(current_user, %s, 'SET')", (name,)).fetchone()
-    if not (member and member[0]):
+    if not _one_value(conn, "SELECT pg_has_role(current_user, %s, 'SET')", (name,)):
         conn.execute(sql.SQL("GRANT {} TO CURRENT_USER").format(role))
     conn.execute(sql.SQL("GRANT USAGE, CREATE ON SCHEMA {} TO {}").format(nsp, role))
     conn.execute(sql.SQL("GRANT SELECT ON ALL TABLES IN SCHEMA {} TO {}").format(nsp, role))
@@ -223,17 +257,17 @@ def enable(conn: psycopg.Connection[Any], schema: str = "ragpg") -> list[str]:
         nsp = sql.Identifier(schema)
         _hand_surface(conn, schema, _surface_owner(conn, schema))
         held = []
-        for table, column, _, _, _ in _tables(conn, schema):
-            target = sql.SQL("{}.{}").format(nsp, sql.Identifier(table))
+        for table in _tables(conn, schema):
+            target = sql.SQL("{}.{}").format(nsp, sql.Identifier(table.name))
             rule = sql.SQL("{} = ANY ((SELECT {}.tenant_collections())::text[])").format(
-                sql.Identifier(column), nsp)
+                sql.Identifier(table.column), nsp)
             conn.execute(sql.SQL("DROP POLICY IF EXISTS {} ON {}").format(
                 sql.Identifier(POLICY), target))
             conn.execute(sql.SQL("CREATE POLICY {} ON {} USING ({}) WITH CHECK ({})").format(
                 sql.Identifier(POLICY), target, rule, rule))
             conn.execute(sql.SQL("ALTER TABLE {} ENABLE ROW LEVEL SECURITY").format(target))
             conn.execute(sql.SQL("ALTER TABLE {} FORCE ROW LEVEL SECURITY").format(target))
-            held.append(table)
+            held.append(table.name)
     return held
 
 
@@ -241,25 +275,25 @@ def disable(conn: psycopg.Connection[Any], schema: str = "ragpg") -> list[str]:
     """Remove the tenant policy and row-level security from every table that has them."""
     released = []
     with conn.transaction():
-        owner = conn.execute("SELECT nspowner::regrole::text FROM pg_namespace WHERE nspname = %s",
-                             (schema,)).fetchone()
+        owner = _one_value(conn, "SELECT nspowner::regrole::text FROM pg_namespace"
+                                 " WHERE nspname = %s", (schema,))
         if owner is not None:
-            _hand_surface(conn, schema, sql.SQL(str(owner[0])))  # regrole's text is quoted
+            _hand_surface(conn, schema, sql.SQL(owner))  # regrole's text is quoted
         surface = surface_role(schema)
-        if conn.execute("SELECT 1 FROM pg_roles WHERE rolname = %s", (surface,)).fetchone():
+        if _one_value(conn, "SELECT EXISTS (SELECT FROM pg_roles WHERE rolname = %s)", (surface,)):
             nsp, role = sql.Identifier(schema), sql.Identifier(surface)
             conn.execute(sql.SQL("REVOKE ALL ON ALL TABLES IN SCHEMA {} FROM {}").format(nsp, role))
             conn.execute(sql.SQL("REVOKE ALL ON SCHEMA {} FROM {}").format(nsp, role))
-        for table, _, rls, forced, has_policy in _tables(conn, schema):
-            target = sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(table))
-            if has_policy:
+        for table in _tables(conn, schema):
+            target = sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(table.name))
+            if table.has_policy:
                 conn.execute(sql.SQL("DROP POLICY {} ON {}").format(sql.Identifier(POLICY), target))
-            if forced:
+            if table.forced:
                 conn.execute(sql.SQL("ALTER TABLE {} NO FORCE ROW LEVEL SECURITY").format(target))
-            if rls:
+            if table.rls:
                 conn.execute(sql.SQL("ALTER TABLE {} DISABLE ROW LEVEL SECURITY").format(target))
-            if has_policy or rls or forced:
-                released.append(table)
+            if table.has_policy or table.rls or table.forced:
+                released.append(table.name)
     return released
 
 
@@ -277,9 +311,9 @@ def assign(conn: psycopg.Connection[Any], tenant: str, collections: list[str],
             else:
                 conn.execute(sql.SQL("INSERT INTO {} (tenant, collection) VALUES (%s, %s)"
                                      " ON CONFLICT DO NOTHING").format(table), (tenant, collection))
-        rows = conn.execute(sql.SQL("SELECT collection FROM {} WHERE tenant = %s ORDER BY 1")
-                            .format(table), (tenant,)).fetchall()
-    return [str(r[0]) for r in rows]
+        with conn.cursor(row_factory=scalar_row) as cur:
+            return cur.execute(sql.SQL("SELECT collection FROM {} WHERE tenant = %s ORDER BY 1")
+                               .format(table), (tenant,)).fetchall()
 
 
 def status(conn: psycopg.Connection[Any], schema: str = "ragpg") -> TenancyStatus:
@@ -289,13 +323,14 @@ def status(conn: psycopg.Connection[Any], schema: str = "ragpg") -> TenancyStatu
         tables = _tables(conn, schema)
         nsp = sql.Identifier(schema)
         tenants: dict[str, list[str]] = {}
-        for tenant, collection in conn.execute(sql.SQL(
-                "SELECT tenant, collection FROM {}.tenant_collection ORDER BY 1, 2").format(nsp)):
-            tenants.setdefault(str(tenant), []).append(str(collection))
-        roles = {str(role): (None if bound is None else str(bound)) for role, bound in conn.execute(
-            sql.SQL("SELECT role, tenant FROM {}.tenant_role ORDER BY 1").format(nsp))}
-    held = tuple(t for t, _, rls, forced, policy in tables if rls and forced and policy)
-    return TenancyStatus(scoped=held, unscoped=tuple(t for t, *_ in tables if t not in held),
+        with conn.cursor(row_factory=dict_row) as cur:
+            for row in cur.execute(sql.SQL("SELECT tenant, collection FROM {}.tenant_collection"
+                                           " ORDER BY 1, 2").format(nsp)):
+                tenants.setdefault(row["tenant"], []).append(row["collection"])
+            roles = {row["role"]: row["tenant"] for row in cur.execute(
+                sql.SQL("SELECT role, tenant FROM {}.tenant_role ORDER BY 1").format(nsp))}
+    return TenancyStatus(scoped=tuple(t.name for t in tables if t.held),
+                         unscoped=tuple(t.name for t in tables if not t.held),
                          tenants=tenants, roles=roles)
 
 

@@ -32,7 +32,7 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
-from psycopg.rows import dict_row
+from psycopg.rows import dict_row, scalar_row
 
 from rag_pg.config import check_identifier
 from rag_pg.errors import ConfigError, SchemaMissing, StoreError
@@ -297,12 +297,11 @@ def _bind(conn: psycopg.Connection[Any], schema: str, name: str, tenant: str | N
 
 
 def _runtime_roles(conn: psycopg.Connection[Any], schema: str) -> set[str]:
-    table = sql.SQL("{}.tenant_role").format(sql.Identifier(schema)).as_string(conn)
-    if conn.execute("SELECT to_regclass(%s)", (table,)).fetchone() == (None,):
-        return set()
-    rows = conn.execute(sql.SQL("SELECT role FROM {}.tenant_role WHERE tenant IS NULL")
-                        .format(sql.Identifier(schema))).fetchall()
-    return {str(r[0]) for r in rows}
+    table = sql.SQL("{}.tenant_role").format(sql.Identifier(schema))
+    with conn.cursor(row_factory=scalar_row) as cur:
+        if cur.execute("SELECT to_regclass(%s)", (table.as_string(conn),)).fetchone() is None:
+            return set()
+        return set(cur.execute(sql.SQL("SELECT role FROM {} WHERE tenant IS NULL").format(table)))
 
 
 # The readers of a schema: roles granted SELECT on its first published view (not its owner),
