@@ -4,7 +4,7 @@ Runs on a database that ``bench/scale.py --db URL`` loaded (it keeps it). Its do
 100 folders ``p00/`` … ``p99/`` of 1% each; this moves ``p01``–``p02`` under ``y02/`` and
 ``p03``–``p07`` under ``y05/`` (once), so that one path prefix selects 1%, 2% or 5% of the
 collection, interleaved with the rest as the folders are. Each search runs twice per query,
-the branch forced each way (``exact_chunks`` 0 or unbounded), and prints p50 ms, so the share
+the branch forced each way (``exact`` False or True), and prints p50 ms, so the share
 where the two cross (``retrieval.exact_share``) can be read off.
 
     python bench/filter_share.py --db postgresql://…/scale1m --queries 20 --ef-search 40,200
@@ -58,25 +58,25 @@ def main() -> None:
     words, _ = scale.vocabulary()
     texts = [scale_keyword.query_text(rng, words, "question") for _ in range(a.queries)]
 
-    def p50(mode: str, exact_chunks: int, prefix: str | None, ef: int) -> float:
+    def p50(mode: str, exact: bool, prefix: str | None, ef: int) -> float:
         times = []
         for i in range(a.queries):
             plan = SearchPlan(collection=scale.COLLECTION, k=10, mode=mode, query_text=texts[i],
                               query_vector=qv[i], model=scale.MODEL, dimension=384,
                               candidates=a.candidates, path_prefix=prefix, ef_search=ef,
-                              exact=None if prefix else False, exact_chunks=exact_chunks)
+                              exact=exact)
             t0 = time.perf_counter()
             searcher.run(conn, plan)
             times.append(time.perf_counter() - t0)
         return round(statistics.median(times) * 1e3, 1)
 
     for ef in (int(x) for x in a.ef_search.split(",")):
-        print(f"ef_search {ef}, unfiltered: vector {p50('vector', 0, None, ef)} ms,"
-              f" hybrid {p50('hybrid', 0, None, ef)} ms", flush=True)
+        print(f"ef_search {ef}, unfiltered: vector {p50('vector', False, None, ef)} ms,"
+              f" hybrid {p50('hybrid', False, None, ef)} ms", flush=True)
         for share, prefix in (("1%", "p00"), ("2%", "y02"), ("5%", "y05")):
             for mode in ("vector", "hybrid"):
-                index = [p50(mode, 0, prefix, ef) for _ in range(2)]
-                exact = [p50(mode, 2**40, prefix, ef) for _ in range(2)]
+                index = [p50(mode, False, prefix, ef) for _ in range(2)]
+                exact = [p50(mode, True, prefix, ef) for _ in range(2)]
                 print(f"ef_search {ef}, {share} filter, {mode}: index {index} ms, exact {exact} ms",
                       flush=True)
 

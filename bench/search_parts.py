@@ -8,11 +8,12 @@ the service that embedded it:
 
 ``--queries``: one question per line (or JSON lines with a ``query`` field, as the shared
 harness writes them). For each query, in turn: the pool's lend (with its check), the
-collection read, the embedding call through ragpg's provider and through a bare
-``httpx.Client``, the snapshot (model, settings, statement: what ``RagPG._run_plan`` sends),
-the same statements through psycopg's ``transaction()`` in a pipeline (four Syncs instead of
-one), the statement alone, and the whole ``RagPG.search``. Prints each part's p50 ms and the
-median of the paired difference between the two snapshots (same hits checked on each query).
+embedding call through ragpg's provider and through a bare ``httpx.Client``, the snapshot
+(the collection read, settings, statement: what ``RagPG._run_plan`` sends), the same
+statements through psycopg's ``transaction()`` in a pipeline (four Syncs instead of one),
+the collection read alone, the statement alone, and the whole ``RagPG.search``. Prints each
+part's p50 ms and the median of the paired difference between the two snapshots (same hits
+checked on each query).
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def main() -> None:
     from rag_pg.config import Settings
     from rag_pg.db import SET_SNAPSHOT, read_snapshot
     from rag_pg.embed import serving
-    from rag_pg.search import settle
+    from rag_pg.query_vectors import QueryVectors
 
     settings = Settings.load(environ={}, cwd=HERE, overrides={
         "database.url": a.db, "embedding.provider": "http", "embedding.url": a.embed_url,
@@ -71,13 +72,13 @@ def main() -> None:
 
     bare = httpx.Client(trust_env=False)
     with RagPG(a.db, settings) as rag, rag.reads.connection() as conn:
-        info = rag._read_collection(conn, a.collection)
+        info = rag.searcher.read_collection(conn, a.collection)
         provider = serving(rag.provider, info.model, info.dimension)
         searcher = rag.searcher
 
         def one_sync(plan: Any) -> list[int]:
             with read_snapshot(conn):
-                searcher.send_model(conn, a.collection)
+                searcher.send_collection(conn, a.collection)
                 cur = searcher.execute(conn, plan)
             return [row.chunk_id for row in cur.fetchall()]
 
@@ -85,7 +86,7 @@ def main() -> None:
             with conn.pipeline():
                 with conn.transaction():
                     conn.execute(SET_SNAPSHOT)
-                    searcher.send_model(conn, a.collection)
+                    searcher.send_collection(conn, a.collection)
                     cur = searcher.execute(conn, plan)
                 return [row.chunk_id for row in cur.fetchall()]
 
@@ -100,9 +101,9 @@ def main() -> None:
                     timed("embed, ragpg's provider", provider.embed, "query", [query])
                     timed("embed, bare httpx", bare.post, a.embed_url.rstrip("/") + "/embed",
                           json={"texts": [query], "type": "query", "encoding": "base64"})
-                timed("collection read", rag._read_collection, conn, a.collection)
-                plan = settle(rag._plan(query, 10, a.mode, a.collection, info, False, OPTIONS),
-                              iterative_scans=info.iterative_scans)
+                timed("collection read alone", searcher.read_collection, conn, a.collection)
+                plan = rag._plan(query, 10, a.mode, a.collection, info, False, OPTIONS,
+                                 QueryVectors(rag.provider, query))
                 if plan is None:
                     continue
                 pair = [("snapshot, one Sync", one_sync), ("snapshot, four Syncs", four_syncs)]

@@ -16,7 +16,7 @@ from rag_pg import records, replica, tenancy
 from rag_pg.bm25 import BM25Params
 from rag_pg.config import Settings
 from rag_pg.db import ConnectionSource, Database, PoolSource, prepare, read_snapshot, source_for
-from rag_pg.embed import make_provider, serving
+from rag_pg.embed import make_provider
 from rag_pg.embed.base import EmbeddingProvider
 from rag_pg.errors import ConfigError, ExtensionUnavailable, RagError, SchemaMissing, StoreError
 from rag_pg.hits import Candidate, shape
@@ -26,21 +26,22 @@ from rag_pg.locate import DEFAULT_DEPTH as LOCATE_DEPTH
 from rag_pg.locate import Location, locate_target
 from rag_pg.locks import lock_free
 from rag_pg.models import DocumentRecord, Hit, IngestReport, Stats, with_citation_urls
+from rag_pg.query_vectors import QueryVectors
 from rag_pg.question import keyword_text
 from rag_pg.rerank import Reranker
 from rag_pg.search import (
     MODES,
     CollectionInfo,
-    CollectionModel,
     Expansion,
     Mode,
     Searcher,
     SearchPlan,
-    exact_chunks,
+    same_plan,
     settle,
     unfiltered,
 )
 from rag_pg.store import Store
+from rag_pg.vector_index import vector_kind
 
 
 class RagPG:
@@ -224,24 +225,33 @@ class RagPG:
         self, query: str, k: int, mode: str | None, collection: str, use_rerank: bool,
         options: dict[str, Any],
     ) -> list[Hit]:
-        """Read the collection, embed the query with no transaction open (a slow embedding
-        service never holds a snapshot or locks; the connection waits idle), then run the
-        settings and the statement in one snapshot that reads the collection again. If a
-        `ragpg reembed` switched its model in between, the search starts over once."""
+        """Embed the query with no connection lent (a slow embedding service never holds a
+        connection, a snapshot or a lock), then run the plan in one snapshot that also reads
+        what the plan depends on in the collection (its model, its index, its statistics).
+
+        The plan expects the model the query was embedded with; when the collection is not
+        what it expected (a `ragpg reembed` switched its model, its index casts otherwise,
+        its statistics are being rebuilt, it has no vectors), the plan made from what the
+        snapshot read runs instead, once."""
+        wanted = mode or self.settings.retrieval.mode or "hybrid"
+        vectors = QueryVectors(self.provider, query)
+        expected = (vectors.expect(required=wanted == "vector") if wanted != "keyword"
+                    else CollectionInfo.expected(None, None))
         with self.reads.connection() as conn:
-            for attempt in (1, 2):
-                info = self._read_collection(conn, collection)
-                if info.model is None and attempt == 1:
-                    # No vectors: maybe no such collection (a model proves it exists).
-                    self._require_collection(conn, collection)
-                settled = settle(self._plan(query, k, mode, collection, info, use_rerank, options),
-                                 iterative_scans=info.iterative_scans)
-                if settled is None:
-                    return []
-                plan = settled
-                rows, seen = self._run_plan(conn, collection, plan)
-                if (seen.model, seen.dimension) == (info.model, info.dimension) or attempt == 2:
-                    break
+            prepare(conn)  # pgvector's types, unless this connection has them already
+            plan = self._plan(query, k, wanted, collection, expected, use_rerank, options, vectors)
+            if plan is None:
+                self._require_collection(conn, collection)
+                return []
+            rows, seen = self._run_plan(conn, collection, plan)
+            if seen.model is None:
+                self._require_collection(conn, collection)  # no vectors: maybe no collection
+            again = self._plan(query, k, wanted, collection, seen, use_rerank, options, vectors)
+            if again is None:
+                return []
+            if not same_plan(plan, again):
+                plan = again
+                rows, _ = self._run_plan(conn, collection, plan)
         if not use_rerank:
             return shape(rows, plan)
         reranker = Reranker(self.settings.rerank)
@@ -254,82 +264,69 @@ class RagPG:
         schema = self.settings.database.schema
         return SchemaMissing(f"the {schema!r} schema is not initialised: run `ragpg init`")
 
-    def _read_collection(self, conn: psycopg.Connection[Any], collection: str) -> CollectionInfo:
-        # One statement: on ragpg's own (autocommit) connections no BEGIN/COMMIT around it; a
-        # caller's connection is left as it was found (a transaction block ends where it began).
-        # Acting for a tenant, every statement needs a transaction that names it.
-        block = nullcontext() if conn.autocommit and not tenancy.active() else conn.transaction()
+    def _run_plan(self, conn: psycopg.Connection[Any], collection: str,
+                  plan: SearchPlan) -> tuple[list[Candidate], CollectionInfo]:
+        """The candidates and the collection as one snapshot saw them, in one round trip
+        (BEGIN, the collection, settings, statement, COMMIT, pipelined)."""
         try:
-            prepare(conn)  # pgvector's types, unless this connection has them already
-            with block:
-                return self.searcher.read_collection(conn, collection)
-        except (ExtensionUnavailable, psycopg.errors.UndefinedTable):
+            with read_snapshot(conn):
+                seen = self.searcher.send_collection(conn, collection)
+                cur = self.searcher.execute(conn, plan)
+            info = seen.fetchone()
+            rows = cur.fetchall()
+        except (ExtensionUnavailable, psycopg.errors.UndefinedTable,
+                psycopg.errors.UndefinedFunction):
             raise self._schema_missing() from None
         except psycopg.errors.UndefinedColumn:
             raise SchemaMissing.out_of_date(self.settings.database.schema) from None
-
-    def _run_plan(self, conn: psycopg.Connection[Any], collection: str,
-                  plan: SearchPlan) -> tuple[list[Candidate], CollectionModel]:
-        """The candidates and the collection's model as one snapshot saw them, in one round
-        trip (BEGIN, model, settings, statement, COMMIT, pipelined)."""
-        try:
-            with read_snapshot(conn):
-                seen = self.searcher.send_model(conn, collection)
-                cur = self.searcher.execute(conn, plan)
-            model = seen.fetchone() or CollectionModel(None, None)
-            rows = cur.fetchall()
-        except psycopg.errors.UndefinedTable:
-            raise self._schema_missing() from None
-        return rows, model
+        assert info is not None  # the statement always returns one row
+        return rows, info
 
     def _plan(
-        self, query: str, k: int, mode: str | None, collection: str, info: CollectionInfo,
-        use_rerank: bool, options: dict[str, Any],
-    ) -> SearchPlan:
-        """Arguments + [retrieval] settings + the collection -> the plan (embeds the query)."""
+        self, query: str, k: int, mode: str, collection: str, info: CollectionInfo,
+        use_rerank: bool, options: dict[str, Any], vectors: QueryVectors,
+    ) -> SearchPlan | None:
+        """Arguments + [retrieval] settings + the collection -> the plan that runs, or None when
+        nothing can match (a query without a word to match, in keyword mode)."""
         if info.model is None:
             if mode == "vector":
                 raise StoreError(f"collection {collection!r} has no vectors: use keyword mode")
             mode = "keyword"
-        mode = mode or "hybrid"
         qvec = None
-        if mode in ("hybrid", "vector"):
-            # The provider (or the part of a chain) of the collection's model: a chain
-            # holding both models follows the collection through a `ragpg reembed`.
-            provider = serving(self.provider, info.model, info.dimension)
-            if provider is None:
-                raise StoreError(
-                    f"collection {collection!r} is indexed with {info.model!r}, the configured"
-                    f" provider gives {self.provider.model!r}"
-                )
-            qvec = provider.embed("query", [query])[0]
+        if mode in ("hybrid", "vector") and info.model is not None:
+            qvec = vectors.of(collection, info.model, info.dimension)
         r = self.settings.retrieval
         filters = options["filters"]
         if filters is not None and not isinstance(filters, Mapping):
             raise ConfigError("filters must be a mapping of front-matter keys to values")
-        candidates, exact = max(r.candidates, k), None
-        if unfiltered(options["path_prefix"], filters, options["level"], options["node_type"]):
-            # The whole collection, whose size was just read: exact search or the index,
-            # decided here; with nothing to fuse or rerank, k rows are enough (the index's
-            # breadth is ef_search; with a filter, the extra rows also widen the iterative scan).
-            exact = info.chunks <= r.exact_limit
-            if mode == "vector" and not use_rerank:
-                candidates = k
-        return SearchPlan(
+        candidates = max(r.candidates, k)
+        if (mode == "vector" and not use_rerank and unfiltered(
+                options["path_prefix"], filters, options["level"], options["node_type"])):
+            # A whole collection with nothing to fuse or rerank: k rows are enough (the
+            # index's breadth is ef_search; with a filter, the extra rows also widen the
+            # iterative scan).
+            candidates = k
+        vector_leg = mode != "keyword"
+        plan = SearchPlan(
             collection=collection, k=k, mode=cast(Mode, mode), query_vector=qvec,
             # hybrid: the keyword leg's words (rag_pg.question); keyword mode is the SQL's BM25
             query_text=keyword_text(query) if mode == "hybrid" else query,
-            model=info.model, dimension=info.dimension, candidates=candidates, exact=exact,
-            front_matter=dict(filters) if filters else None, vector_kind=info.vector_kind,
+            model=info.model if vector_leg else None,
+            dimension=info.dimension if vector_leg else None, candidates=candidates,
+            front_matter=dict(filters) if filters else None,
+            # the index's type when it exists, else the one its dimension calls for
+            vector_kind=(info.vector_kind or vector_kind(info.dimension or 0)) if vector_leg else None,
             path_prefix=options["path_prefix"], level=options["level"],
             node_type=options["node_type"], max_per_document=options["max_per_document"],
             neighbours=int(options["neighbours"] or 0), expand=options["expand"],
             rrf_k=r.rrf_k, fusion=r.fusion, ef_search=r.ef_search, exact_limit=r.exact_limit,
-            exact_chunks=exact_chunks(r.exact_limit, r.exact_share, info.chunks),
+            exact_share=r.exact_share,
             weights={"vector": r.vector_weight, "keyword": r.keyword_weight},
             bm25=BM25Params(r.bm25_k1, r.bm25_b), max_scan_tuples=r.max_scan_tuples,
-            iterative_scan=r.iterative_scan, keyword_exhaustive=info.term_stat_pending,
+            iterative_scan=r.iterative_scan,
+            keyword_exhaustive=info.term_stat_pending and mode != "vector",
         )
+        return settle(plan, iterative_scans=info.iterative_scans)
 
     def locate(
         self,

@@ -42,28 +42,29 @@ ITERATIVE_SCANS_SINCE = (0, 8)  # the pgvector version that brought iterative in
 
 @dataclass(frozen=True, slots=True)
 class CollectionInfo:
-    """What a search reads of its collection before embedding the query (``search_collection``)."""
+    """What a search's plan depends on in its collection (``search_collection``): read in the
+    search's own snapshot, beside its statement."""
 
     model: str | None
     dimension: int | None
-    chunks: int  # the collection's chunks (an upper bound on its vectors)
     term_stat_pending: bool  # the term statistics are being rebuilt: keyword search without them
     vector_kind: str | None  # what the model's index casts to; None: no index (yet)
-    pgvector_version: str | None
+    pgvector_version: str | None  # None: not read yet (the version ragpg ships with is assumed)
+
+    @classmethod
+    def expected(cls, model: str | None, dimension: int | None) -> CollectionInfo:
+        """What a search expects before it has read anything: vectors of the model the query
+        was embedded with, term statistics kept, the index the dimension calls for."""
+        return cls(model=model, dimension=dimension, term_stat_pending=False, vector_kind=None,
+                   pgvector_version=None)
 
     @property
     def iterative_scans(self) -> bool:
         """Whether pgvector can go on past the rows a filter drops (else: exact search)."""
-        version = tuple(int(p) for p in re.findall(r"\d+", self.pgvector_version or "")[:2])
+        if self.pgvector_version is None:
+            return True
+        version = tuple(int(p) for p in re.findall(r"\d+", self.pgvector_version)[:2])
         return version >= ITERATIVE_SCANS_SINCE
-
-
-@dataclass(frozen=True, slots=True)
-class CollectionModel:
-    """The collection's model as the search's own snapshot sees it (``search_collection_model``)."""
-
-    model: str | None
-    dimension: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,13 +93,13 @@ class SearchPlan:
     weights: Mapping[str, float] = field(default_factory=lambda: {"vector": 1.0, "keyword": 1.0})
     bm25: BM25Params = field(default_factory=BM25Params)
     exact_limit: int = 5000
-    #: a filtered vector leg is exact when its filters leave at most this many chunks (in at
-    #: most exact_limit documents); None: exact_limit (see :func:`exact_chunks`)
-    exact_chunks: int | None = None
+    #: a filtered vector leg is also exact up to this share of the collection's chunks (in at
+    #: most exact_limit documents; ``search_vector_scope``)
+    exact_share: float = 0.0
     max_scan_tuples: int = 50000
     iterative_scan: str = "relaxed_order"
-    #: exact vector search or the index, when the caller knows (an unfiltered search of a
-    #: collection whose size it has read); None: the statement decides from the filters.
+    #: exact vector search or the index, decided by the caller; None: the statement decides,
+    #: from the collection's size (a whole collection) or the filters' (``vec_scope``).
     exact: bool | None = None
     #: the type the model's HNSW index casts to (vector | halfvec); None: by dimension
     vector_kind: str | None = None
@@ -149,13 +150,11 @@ def validate(plan: SearchPlan) -> None:
                           f" (got {plan.iterative_scan!r})")
 
 
-def exact_chunks(exact_limit: int, share: float, collection_chunks: int) -> int:
-    """How many chunks a filter may leave for exact vector search: exact_limit, or the share
-    of a large collection. Exact search costs what the filter leaves; a filtered HNSW scan
-    walks the graph until enough rows pass, about 1/selectivity times the unfiltered walk, in a
-    graph whose every step costs more as the collection outgrows memory. Both grow with the
-    collection at a given selectivity, so the break-even is a share of it rather than a count."""
-    return max(exact_limit, int(share * collection_chunks))
+def same_plan(a: SearchPlan, b: SearchPlan) -> bool:
+    """Whether two plans send the same statement with the same parameters (the query's vector
+    is the same object when it was embedded for the same model)."""
+    return (a.query_vector is b.query_vector
+            and replace(a, query_vector=None) == replace(b, query_vector=None))
 
 
 def settle(plan: SearchPlan, *, iterative_scans: bool = True) -> SearchPlan | None:
@@ -170,8 +169,7 @@ def settle(plan: SearchPlan, *, iterative_scans: bool = True) -> SearchPlan | No
             return None
         plan = replace(plan, mode="vector")
     if plan.mode in ("hybrid", "vector") and not iterative_scans:
-        plan = replace(plan, exact_limit=2**30, exact_chunks=2**30,
-                       exact=None if plan.exact is None else True)
+        plan = replace(plan, exact_limit=2**30, exact=None if plan.exact is None else True)
     return plan
 
 
@@ -191,18 +189,17 @@ class Searcher:
         return self.q("search_collection", schema_name=self.q.schema)
 
     def read_collection(self, conn: psycopg.Connection[Any], collection: str) -> CollectionInfo:
-        """The collection's model, chunk count, index type and pgvector's version (one row)."""
-        with conn.cursor(row_factory=class_row(CollectionInfo)) as cur:
-            cur.execute(self.collection_statement(), {"collection": collection})
-            info = cur.fetchone()
+        """What a search's plan depends on in ``collection``, read now (one row)."""
+        info = self.send_collection(conn, collection).fetchone()
         assert info is not None  # the statement always returns one row
         return info
 
-    def send_model(self, conn: psycopg.Connection[Any], collection: str) -> psycopg.Cursor[CollectionModel]:
-        """The collection's model and dimension, for a pipeline: the row (none for a collection
-        not known) is read once the pipeline syncs."""
-        cur = conn.cursor(row_factory=class_row(CollectionModel))
-        cur.execute(self.q("search_collection_model"), {"collection": collection})
+    def send_collection(self, conn: psycopg.Connection[Any],
+                        collection: str) -> psycopg.Cursor[CollectionInfo]:
+        """What the plan depends on in the collection (one row, known or not); in a pipeline
+        the row is read once the pipeline syncs."""
+        cur = conn.cursor(row_factory=class_row(CollectionInfo))
+        cur.execute(self.collection_statement(), {"collection": collection})
         return cur
 
     def doc_filter(self, plan: SearchPlan) -> sql.Composed:
@@ -226,9 +223,9 @@ class Searcher:
 
     @classmethod
     def collection_scan(cls, plan: SearchPlan) -> bool:
-        """The vector leg is one HNSW scan of the collection's own rows (search_vector_collection):
-        the index is known to fit, and nothing but the collection filters or caps the rows."""
-        return plan.exact is False and not plan.max_per_document and cls.whole_collection(plan)
+        """The vector leg reads the collection's own vector rows (search_vector_collection):
+        nothing but the collection filters or caps them."""
+        return not plan.max_per_document and cls.whole_collection(plan)
 
     @staticmethod
     def counts(plan: SearchPlan) -> dict[str, int]:
@@ -258,11 +255,15 @@ class Searcher:
                      "model": sql.Literal(plan.model), **literals}
             parts["exact_top"] = (sql.SQL("") if plan.max_per_document
                                   else self._sql("search_vector_exact_top", **literals))
-            if self.collection_scan(plan):
-                ctes.append(self._sql("search_vector_collection", **parts))
+            parts["collection_chunks"] = self._sql("search_collection_chunks")
+            if plan.exact is not None:
+                scope = "search_vector_scope_given"
+            elif self.whole_collection(plan):
+                scope = "search_vector_scope_collection"
             else:
-                scope = "search_vector_scope" if plan.exact is None else "search_vector_scope_given"
-                ctes += [self._sql(scope, **parts), self._sql("search_vector_leg", **parts)]
+                scope = "search_vector_scope"
+            leg = "search_vector_collection" if self.collection_scan(plan) else "search_vector_leg"
+            ctes += [self._sql(scope, **parts), self._sql(leg, **parts)]
         if plan.mode in ("hybrid", "keyword"):
             whole = self.whole_collection(plan)
             parts = {"keep": sql.SQL("true") if whole else sql.SQL("({})").format(where),
@@ -300,8 +301,7 @@ class Searcher:
         if plan.mode in ("hybrid", "vector"):
             params["qvec"] = plan.query_vector
             params["exact"] = plan.exact
-            params["exact_chunks"] = (plan.exact_limit if plan.exact_chunks is None
-                                      else plan.exact_chunks)
+            params["exact_share"] = plan.exact_share
         if plan.mode in ("hybrid", "keyword"):
             kq = keyword_query(plan.query_text)
             params["kw_text"] = kq.text

@@ -123,11 +123,11 @@ def test_own_connections_carry_keepalives_and_the_deadline(own_pg):
         own.close()
 
 
-def test_a_backend_frozen_while_the_query_is_embedded_fails_the_search_in_time(own_pg, embed_server,
-                                                                              tmp_path):
-    """A search reads its collection, embeds the query with its connection idle, then runs
-    the pipelined snapshot: a backend frozen in between meets the deadline inside the pipeline
-    (one DatabaseTimeout, no hang), and the next search gets a fresh connection."""
+def test_a_backend_frozen_while_the_query_is_embedded_is_replaced_at_the_lend(own_pg, embed_server,
+                                                                            tmp_path):
+    """A search embeds its query before it borrows a connection: a backend frozen meanwhile
+    meets the deadline in the pool's check of the next lend, which replaces it, and the search
+    is served (no hang, no error)."""
     from rag_pg.embed.http import HttpEmbeddingProvider
 
     frozen: list[int] = []
@@ -144,19 +144,47 @@ def test_a_backend_frozen_while_the_query_is_embedded_fails_the_search_in_time(o
                     os.kill(pid, signal.SIGSTOP)
             return super().embed(type, texts)
 
-    settings = Settings.load(environ={}, overrides={"database.call_timeout": DEADLINE})
+    # Each frozen idle connection costs its check one deadline: the lend may take a few of
+    # them, and waits for the pool as long as connect_timeout allows.
+    settings = Settings.load(environ={}, overrides={"database.call_timeout": DEADLINE,
+                                                    "database.connect_timeout": 120})
     provider = FreezingProvider(embed_server.url)
     try:
         with RagPG(own_pg, settings, provider=provider) as rag:
             rag.init()
             assert rag.ingest(_corpus(tmp_path / "c")).documents_indexed == 3
             try:
-                with pytest.raises(DatabaseTimeout, match="call_timeout"):
-                    rag.search("le sujet")
+                assert len(rag.search("le sujet")) == 3
             finally:
                 for pid in frozen:
                     os.kill(pid, signal.SIGCONT)
             assert frozen
-            assert len(rag.search("le sujet")) == 3  # served again, on a fresh connection
+            assert rag.source.pool.get_stats().get("connections_lost", 0) >= 1
     finally:
         provider.close()
+
+
+def test_a_backend_frozen_under_the_search_snapshot_fails_it_in_time(own_pg, embed_server, tmp_path):
+    """The snapshot's pipeline waits for the server under the deadline: a backend frozen as
+    the statement goes gives one DatabaseTimeout, and the next search a fresh connection."""
+    settings = Settings.load(environ={}, overrides={"database.call_timeout": DEADLINE,
+                                                    "embedding.url": embed_server.url})
+    frozen: list[int] = []
+    with RagPG(own_pg, settings) as rag:
+        rag.init()
+        assert rag.ingest(_corpus(tmp_path / "c")).documents_indexed == 3
+        execute = rag.searcher.execute
+
+        def freeze_then_execute(conn, plan):  # type: ignore[no-untyped-def]
+            if not frozen:
+                frozen.append(conn.info.backend_pid)
+                os.kill(frozen[0], signal.SIGSTOP)
+            return execute(conn, plan)
+
+        rag.searcher.execute = freeze_then_execute  # type: ignore[method-assign]
+        try:
+            with pytest.raises(DatabaseTimeout, match="call_timeout"):
+                rag.search("le sujet")
+        finally:
+            os.kill(frozen[0], signal.SIGCONT)
+        assert len(rag.search("le sujet")) == 3  # served again, on a fresh connection

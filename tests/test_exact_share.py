@@ -15,7 +15,8 @@ from psycopg import sql
 
 from rag_pg import RagPG, Settings
 from rag_pg.config import IndexSettings
-from rag_pg.search import CollectionInfo, Searcher, SearchPlan, exact_chunks
+from rag_pg.query_vectors import QueryVectors
+from rag_pg.search import CollectionInfo, Searcher, SearchPlan
 from rag_pg.store import Store
 
 MODEL, DIM, PER_DOC = "m3", 3, 10
@@ -56,8 +57,7 @@ def corpus(db_url: str) -> Any:
 def plan(prefix: str, exact_limit: int, share: float, query: np.ndarray) -> SearchPlan:
     return SearchPlan(collection="c", k=5, mode="vector", query_text="", query_vector=query,
                       model=MODEL, dimension=DIM, candidates=5, path_prefix=prefix,
-                      exact_limit=exact_limit,
-                      exact_chunks=exact_chunks(exact_limit, share, sum(FOLDERS.values()) * PER_DOC))
+                      exact_limit=exact_limit, exact_share=share)
 
 
 def rows_of(node: dict[str, Any], cte: str) -> int:
@@ -109,22 +109,17 @@ def test_the_filtered_vector_leg_is_exact_up_to_a_share_of_the_collection(
     assert seen == expected
 
 
-def test_exact_chunks_is_the_limit_or_the_collections_share() -> None:
-    assert exact_chunks(5000, 0.02, 100_000) == 5000
-    assert exact_chunks(5000, 0.02, 1_000_000) == 20_000
-    assert exact_chunks(0, 0.0, 1_000_000) == 0
-
-
 def test_the_settings_share_reaches_the_plan(db_url: str) -> None:
     settings = Settings.load(environ={}, overrides={"embedding.provider": "none",
                                                     "retrieval.exact_share": 0.1,
                                                     "retrieval.exact_limit": 7})
-    info = CollectionInfo(model=None, dimension=None, chunks=1000, term_stat_pending=False,
+    info = CollectionInfo(model=None, dimension=None, term_stat_pending=False,
                           vector_kind=None, pgvector_version="0.8.0")
     options = {"path_prefix": "a", "filters": None, "level": None, "node_type": None,
                "max_per_document": None, "neighbours": 0, "expand": None}
     with RagPG(db_url, settings) as rag:
-        p = rag._plan("mot", 5, "keyword", "c", info, False, options)
-    assert (p.exact_limit, p.exact_chunks) == (7, 100)
+        p = rag._plan("mot", 5, "keyword", "c", info, False, options,
+                      QueryVectors(rag.provider, "mot"))
+    assert p is not None and (p.exact_limit, p.exact_share) == (7, 0.1)
     with pytest.raises(Exception, match="exact_share must be between 0 and 1"):
         Settings.load(environ={}, overrides={"retrieval.exact_share": 1.5})

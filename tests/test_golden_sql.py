@@ -29,31 +29,31 @@ FILTERS: dict[str, Any] = {"path_prefix": "docs/ops", "front_matter": {"lang": "
 
 #: shape -> the plan fields that make it (besides BASE)
 SHAPES: dict[str, dict[str, Any]] = {
-    # a whole collection large enough for the index: one HNSW scan of its own rows
-    "vector_collection": {"mode": "vector", "exact": False, "candidates": 10},
-    # a whole collection small enough for exact search (the caller read its size)
+    # a whole collection: one HNSW scan of its own rows, or exact search when it is small
+    "vector_collection": {"mode": "vector", "candidates": 10},
+    # the same, exact search forced by the caller
     "vector_collection_exact": {"mode": "vector", "exact": True, "candidates": 10},
     # a whole collection, capped per document: the general vector leg
-    "vector_capped": {"mode": "vector", "exact": False, "max_per_document": 1},
+    "vector_capped": {"mode": "vector", "max_per_document": 1},
     # filtered: the statement decides exact or index from the filters' row count
     "vector_path_prefix": {"mode": "vector", "path_prefix": "docs/ops"},
     "vector_front_matter": {"mode": "vector", "front_matter": {"lang": "fr"}},
     "vector_level_node_type": {"mode": "vector", "level": 1, "node_type": "summary"},
-    "vector_halfvec": {"mode": "vector", "exact": False, "candidates": 10, "vector_kind": "halfvec"},
+    "vector_halfvec": {"mode": "vector", "candidates": 10, "vector_kind": "halfvec"},
     "keyword": {"mode": "keyword"},
     "keyword_filtered": {"mode": "keyword", **FILTERS},
     # the exhaustive keyword leg: the reference the pruned one equals (tests/test_bm25_pruned.py)
     "keyword_exhaustive": {"mode": "keyword", "keyword_exhaustive": True},
     "keyword_exhaustive_filtered": {"mode": "keyword", "keyword_exhaustive": True, **FILTERS},
     "keyword_capped_window": {"mode": "keyword", "max_per_document": 2, "neighbours": 1},
-    "hybrid": {"mode": "hybrid", "exact": False},
+    "hybrid": {"mode": "hybrid"},
     "hybrid_exact": {"mode": "hybrid", "exact": True},
     "hybrid_filtered": {"mode": "hybrid", **FILTERS},
     "hybrid_path_prefix": {"mode": "hybrid", "path_prefix": "docs/ops"},
     "hybrid_front_matter": {"mode": "hybrid", "front_matter": {"lang": "fr"}},
     "hybrid_level": {"mode": "hybrid", "level": 0},
-    "hybrid_expand_parent": {"mode": "hybrid", "exact": False, "neighbours": 1, "expand": "parent"},
-    "hybrid_expand_children": {"mode": "hybrid", "exact": False, "expand": "children", "level": 1},
+    "hybrid_expand_parent": {"mode": "hybrid", "neighbours": 1, "expand": "parent"},
+    "hybrid_expand_children": {"mode": "hybrid", "expand": "children", "level": 1},
 }
 
 
@@ -93,7 +93,11 @@ def test_shapes_differ_where_the_plan_does() -> None:
     leave two files identical."""
     texts = statements()
     assert len(set(texts.values())) == len(texts)
-    assert "vec_scope" not in texts["vector_collection"]  # the whole-collection scan alone
+    # the whole collection's index scan joins nothing: its rows' own collection filters them
+    ann = texts["vector_collection"].split("vec_ann AS MATERIALIZED (")[1].split("),")[0]
+    assert "JOIN" not in ann and "ORDER BY" in ann
+    # the collection's size, read by the statement itself, decides exact search or the index
+    assert "term_stat_pending" in texts["vector_collection"] and "vec_scope" not in texts["keyword"]
     assert "LIMIT 10" in texts["vector_collection"]  # row counts are literals
     assert "kw_ranked" not in texts["vector_collection"] and "vec_ranked" not in texts["keyword"]
     for clause in ("d.path COLLATE \"C\" >=", "d.front_matter @>", "d.level =", "d.node_type ="):

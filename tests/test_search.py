@@ -11,6 +11,7 @@ import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from psycopg.rows import scalar_row
 
 from rag_pg import RagPG, Settings
 from rag_pg.db import prepare
@@ -255,7 +256,7 @@ def test_index_settings_shape_the_hnsw_index_and_searches_follow_it(db_url, embe
             assert rag.store.vector_index_kind(conn, model) == "halfvec"
             # what a search reads of the collection names the same index (its name in SQL)
             info = rag.searcher.read_collection(conn, "default")
-            assert (info.model, info.vector_kind) == (model, "halfvec") and info.chunks > 0
+            assert (info.model, info.vector_kind) == (model, "halfvec")
             qvec = rag.provider.embed("query", ["la marmotte dort"])[0]
             request = SearchPlan(collection="default", k=3, mode="vector", query_text="x",
                                     query_vector=qvec, model=model, dimension=len(qvec),
@@ -297,7 +298,7 @@ def test_a_search_survives_its_pooled_connection_being_killed(rag, db_url):
 def test_a_search_is_retried_once_when_its_connection_is_lost_and_not_more(rag, monkeypatch):
     """A lost connection (no SQLSTATE, as when the server goes away) is retried once on
     another lend; a second loss reaches the caller; an error of the statement is not retried."""
-    real = rag.searcher.read_collection
+    real = rag.searcher.send_collection
     calls: list[int] = []
 
     def lost(times: int, error: Exception) -> Any:
@@ -309,15 +310,15 @@ def test_a_search_is_retried_once_when_its_connection_is_lost_and_not_more(rag, 
         return read
 
     expected = [h.chunk_id for h in rag.search("marmotte", 3)]
-    monkeypatch.setattr(rag.searcher, "read_collection", lost(1, psycopg.OperationalError("gone")))
+    monkeypatch.setattr(rag.searcher, "send_collection", lost(1, psycopg.OperationalError("gone")))
     assert [h.chunk_id for h in rag.search("marmotte", 3)] == expected and len(calls) == 2
     calls.clear()
-    monkeypatch.setattr(rag.searcher, "read_collection", lost(2, psycopg.OperationalError("gone")))
+    monkeypatch.setattr(rag.searcher, "send_collection", lost(2, psycopg.OperationalError("gone")))
     with pytest.raises(psycopg.OperationalError, match="gone"):
         rag.search("marmotte", 3)
     assert len(calls) == 2
     calls.clear()
-    monkeypatch.setattr(rag.searcher, "read_collection", lost(1, psycopg.errors.LockNotAvailable("lock")))
+    monkeypatch.setattr(rag.searcher, "send_collection", lost(1, psycopg.errors.LockNotAvailable("lock")))
     with pytest.raises(psycopg.errors.LockNotAvailable):
         rag.search("marmotte", 3)
     assert len(calls) == 1
@@ -385,10 +386,17 @@ def test_locate_says_where_a_target_ranks_in_each_leg_or_what_kept_it_out(rag):
 
 
 def test_a_search_reads_its_collections_chunk_count(db_url):
-    """The size a search reads before choosing exact search (whole collection: up to
+    """The size the search statement reads to choose exact search (whole collection: up to
     exact_limit; a filter: a share of it): the chunks as the triggers on chunk count them
     (those of documents indexed for keyword search only count too: an upper bound on the
     vectors)."""
+    searcher = Searcher("ragpg")
+    size = psycopg.sql.SQL("SELECT ") + searcher.q.compose("search_collection_chunks")
+
+    def chunks(conn: psycopg.Connection[Any], collection: str) -> float:
+        with conn.cursor(row_factory=scalar_row) as cur:
+            return float(cur.execute(size, {"collection": collection}).fetchone())
+
     with psycopg.connect(db_url, autocommit=True) as conn:
         conn.execute("INSERT INTO ragpg.collection (name) VALUES ('c')")
         conn.execute(
@@ -401,12 +409,15 @@ def test_a_search_reads_its_collections_chunk_count(db_url):
             " token_count, content_hash, ts_config)"
             " SELECT row_number() OVER (), d.id, 'c', p, '', '', 'mot ' || p, 10, 'h', 'simple'"
             " FROM ragpg.document d CROSS JOIN generate_series(0, 9) p WHERE d.collection = 'c'")
-        searcher = Searcher("ragpg")
-        assert searcher.read_collection(conn, "c").chunks == 5000
+        assert chunks(conn, "c") == 5000
         conn.execute("DELETE FROM ragpg.document WHERE collection = 'c' AND path = 'p1'")
-        assert searcher.read_collection(conn, "c").chunks == 4990  # the cascade's 10 chunks went
+        assert chunks(conn, "c") == 4990  # the cascade's 10 chunks went
+        conn.execute("UPDATE ragpg.chunk_stat SET chunks = 0 WHERE collection = 'c'")
+        conn.execute("UPDATE ragpg.collection SET term_stat_pending = true WHERE name = 'c'")
+        assert chunks(conn, "c") == 4990  # statistics pending: the documents' own counts
+        assert chunks(conn, "nothing") == 0
         unknown = searcher.read_collection(conn, "nothing")
-        assert (unknown.model, unknown.vector_kind, unknown.chunks) == (None, None, 0)
+        assert (unknown.model, unknown.vector_kind) == (None, None)
         assert unknown.iterative_scans  # the test server's pgvector is >= 0.8
 
 

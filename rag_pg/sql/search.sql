@@ -5,21 +5,44 @@
 
 -- name: search_vector_scope
 -- Decides exact vs approximate search: the filters leave few enough vectors when at most
--- exact_chunks chunks of embedded documents match (exact_limit, or a share of a large
--- collection: search.exact_chunks). At most exact_limit + 1 document rows are read (each
--- counted document has at least one chunk), so a broad filter stays cheap to count; a filter
--- of more documents than that takes the index whatever its chunks.
+-- exact_limit chunks of embedded documents match, or a share of a large collection
+-- (retrieval.exact_share): a filtered HNSW scan walks the graph about 1/selectivity times as
+-- far as an unfiltered one, so the break-even grows with the collection. At most
+-- exact_limit + 1 document rows are read (each counted document has at least one chunk), so
+-- a broad filter stays cheap to count; a filter of more documents than that takes the index
+-- whatever its chunks.
 vec_scope AS (
-    SELECT coalesce(sum(s.chunk_count), 0) <= %(exact_chunks)s AND count(*) <= {exact_limit}
+    SELECT coalesce(sum(s.chunk_count), 0)
+               <= greatest({exact_limit}, floor(%(exact_share)s * {collection_chunks}))
+           AND count(*) <= {exact_limit}
            AS exact
     FROM (SELECT d.chunk_count FROM {schema}.document d
           WHERE d.embed AND d.chunk_count > 0 AND {doc_filter}
           LIMIT {exact_limit} + 1) s
 )
 
+-- name: search_vector_scope_collection
+-- A whole collection: exact search up to exact_limit chunks, the index past it.
+vec_scope AS (SELECT {collection_chunks} <= {exact_limit} AS exact)
+
 -- name: search_vector_scope_given
--- The caller already knows (an unfiltered search of a collection whose size it has read).
+-- The caller decided (a test, or a plan forced exact).
 vec_scope AS (SELECT %(exact)s::boolean AS exact)
+
+-- name: search_collection_chunks
+-- How many chunks the collection holds, from the counts the triggers on chunk keep
+-- (chunk_stat, one row per text search configuration), not from the documents: a few index
+-- entries whatever the collection's size. They count the chunks of documents indexed for
+-- keyword search only too: such a collection may take the index where its vectors alone
+-- would have allowed exact search, never the other way round. While the collection's term
+-- statistics are pending (a first load under way, or killed: migration 0014) they are
+-- incomplete: the documents' chunk counts are summed instead.
+coalesce((SELECT CASE WHEN g.term_stat_pending
+                      THEN (SELECT sum(d.chunk_count) FROM {schema}.document d
+                            WHERE d.collection = g.name)
+                      ELSE (SELECT sum(s.chunks) FROM {schema}.chunk_stat s
+                            WHERE s.collection = g.name) END
+          FROM {schema}.collection g WHERE g.name = %(collection)s), 0)::float8
 
 -- name: search_vector_leg
 -- Vector candidates by cosine distance. Approximate branch: the model's partial HNSW index
@@ -77,16 +100,33 @@ vec_ranked AS (
 ORDER BY e.distance, e.chunk_id LIMIT {vec_fetch}
 
 -- name: search_vector_collection
--- The common case, on its own: a whole collection (no other filter, no per-document cap),
--- large enough for the index. The HNSW scan filters on the vector rows' own collection, so
+-- The common case, on its own: a whole collection (no other filter, no per-document cap).
+-- Large enough for the index, the HNSW scan filters on the vector rows' own collection, so
 -- no candidate is joined to anything before the final k: as cheap as a bare pgvector query.
-vec_ranked AS (
-    SELECT a.chunk_id, a.distance, row_number() OVER (ORDER BY a.distance, a.chunk_id) AS rank
+-- Small enough for exact search (vec_scope), every vector of the collection from the
+-- document side, as the general leg's exact branch reads them; one branch runs.
+vec_ann AS MATERIALIZED (
+    SELECT cv.chunk_id, (cv.embedding::{vkind}({dim})) <=> %(qvec)s::{vkind}({dim}) AS distance
+    FROM {schema}.chunk_vector cv
+    WHERE cv.collection = %(collection)s AND cv.model = {model}
+      AND NOT (SELECT exact FROM vec_scope)
+    ORDER BY (cv.embedding::{vkind}({dim})) <=> %(qvec)s::{vkind}({dim})
+    LIMIT {vec_fetch}
+),
+vec_exact AS MATERIALIZED (
+    SELECT e.chunk_id, e.distance
     FROM (SELECT cv.chunk_id, (cv.embedding::{vkind}({dim})) <=> %(qvec)s::{vkind}({dim}) AS distance
-          FROM {schema}.chunk_vector cv
-          WHERE cv.collection = %(collection)s AND cv.model = {model}
-          ORDER BY (cv.embedding::{vkind}({dim})) <=> %(qvec)s::{vkind}({dim})
-          LIMIT {vec_fetch}) a
+          FROM {schema}.document d
+          JOIN {schema}.chunk c ON c.document_id = d.id AND c.collection = d.collection
+          JOIN {schema}.chunk_vector cv
+            ON cv.chunk_id = c.id AND cv.collection = c.collection AND cv.model = {model}
+          WHERE {doc_filter} AND (SELECT exact FROM vec_scope)
+          OFFSET 0) e
+    ORDER BY e.distance, e.chunk_id LIMIT {vec_fetch}
+),
+vec_ranked AS (
+    SELECT u.chunk_id, u.distance, row_number() OVER (ORDER BY u.distance, u.chunk_id) AS rank
+    FROM (SELECT * FROM vec_ann UNION ALL SELECT * FROM vec_exact) u
 )
 
 -- name: search_keyword_leg
@@ -480,32 +520,15 @@ SELECT set_config('hnsw.ef_search', %(ef_search)s, true),
        set_config('hnsw.max_scan_tuples', %(max_scan_tuples)s, true),
        set_config('enable_seqscan', %(enable_seqscan)s, true)
 
--- name: search_collection_model
--- The collection's model and dimension in the search's own snapshot, beside its statement: a
--- `ragpg reembed` that switched the model since the query was embedded shows here (no row:
--- no such collection).
-SELECT g.model, g.dimension FROM {schema}.collection g WHERE g.name = %(collection)s
-
 -- name: search_collection
--- What a search needs to know of its collection before it embeds the query, in the search's
--- own snapshot: the model and dimension of its vectors, how many chunks it holds (up to
--- exact_limit a whole-collection search is exact; a filter's exact share is of this count),
--- the type the model's partial HNSW index casts to (a search must cast the same to use it;
--- the name is store.vector_index_name's), and pgvector's version (iterative index scans need
--- 0.8). One row, the collection known or not. chunks reads the chunk counts the triggers on chunk keep
--- (chunk_stat, one row per text search configuration), not the documents: a few index
--- entries whatever the collection's size. They count the chunks of documents indexed for
--- keyword search only too: such a collection may take the index where its vectors alone
--- would have allowed exact search, never the other way round. While the collection's term
--- statistics are pending (a first load under way, or killed: migration 0014) they are
--- incomplete: chunks then sums the documents' chunk counts, and the keyword leg counts its
--- own document frequencies (term_stat_pending: the exhaustive leg).
+-- What the search's plan depends on, read in the search's own snapshot beside its statement:
+-- the model and dimension of the collection's vectors (the query was embedded for one; a
+-- `ragpg reembed` may have switched it since), whether its term statistics are pending (a
+-- first load under way, or killed: migration 0014; the keyword leg then counts its own
+-- document frequencies: the exhaustive leg), the type the model's partial HNSW index casts to
+-- (a search must cast the same to use it; the name is store.vector_index_name's), and
+-- pgvector's version (iterative index scans need 0.8). One row, the collection known or not.
 SELECT g.model, g.dimension,
-       coalesce(CASE WHEN g.term_stat_pending
-                     THEN (SELECT sum(d.chunk_count) FROM {schema}.document d
-                           WHERE d.collection = k.name)
-                     ELSE (SELECT sum(s.chunks) FROM {schema}.chunk_stat s
-                           WHERE s.collection = k.name) END, 0)::bigint AS chunks,
        coalesce(g.term_stat_pending, false) AS term_stat_pending,
        CASE WHEN g.model IS NULL THEN NULL
             WHEN i.definition LIKE '%%::halfvec(%%' THEN 'halfvec'

@@ -1,9 +1,4 @@
 SELECT g.model, g.dimension,
-       coalesce(CASE WHEN g.term_stat_pending
-                     THEN (SELECT sum(d.chunk_count) FROM "ragpg".document d
-                           WHERE d.collection = k.name)
-                     ELSE (SELECT sum(s.chunks) FROM "ragpg".chunk_stat s
-                           WHERE s.collection = k.name) END, 0)::bigint AS chunks,
        coalesce(g.term_stat_pending, false) AS term_stat_pending,
        CASE WHEN g.model IS NULL THEN NULL
             WHEN i.definition LIKE '%%::halfvec(%%' THEN 'halfvec'

@@ -1,10 +1,31 @@
-WITH vec_ranked AS (
-    SELECT a.chunk_id, a.distance, row_number() OVER (ORDER BY a.distance, a.chunk_id) AS rank
+WITH vec_scope AS (SELECT coalesce((SELECT CASE WHEN g.term_stat_pending
+                      THEN (SELECT sum(d.chunk_count) FROM "ragpg".document d
+                            WHERE d.collection = g.name)
+                      ELSE (SELECT sum(s.chunks) FROM "ragpg".chunk_stat s
+                            WHERE s.collection = g.name) END
+          FROM "ragpg".collection g WHERE g.name = %(collection)s), 0)::float8 <= 5000 AS exact),
+vec_ann AS MATERIALIZED (
+    SELECT cv.chunk_id, (cv.embedding::vector(64)) <=> %(qvec)s::vector(64) AS distance
+    FROM "ragpg".chunk_vector cv
+    WHERE cv.collection = %(collection)s AND cv.model = 'fake-bow-64'
+      AND NOT (SELECT exact FROM vec_scope)
+    ORDER BY (cv.embedding::vector(64)) <=> %(qvec)s::vector(64)
+    LIMIT 40
+),
+vec_exact AS MATERIALIZED (
+    SELECT e.chunk_id, e.distance
     FROM (SELECT cv.chunk_id, (cv.embedding::vector(64)) <=> %(qvec)s::vector(64) AS distance
-          FROM "ragpg".chunk_vector cv
-          WHERE cv.collection = %(collection)s AND cv.model = 'fake-bow-64'
-          ORDER BY (cv.embedding::vector(64)) <=> %(qvec)s::vector(64)
-          LIMIT 40) a
+          FROM "ragpg".document d
+          JOIN "ragpg".chunk c ON c.document_id = d.id AND c.collection = d.collection
+          JOIN "ragpg".chunk_vector cv
+            ON cv.chunk_id = c.id AND cv.collection = c.collection AND cv.model = 'fake-bow-64'
+          WHERE d.collection = %(collection)s AND (SELECT exact FROM vec_scope)
+          OFFSET 0) e
+    ORDER BY e.distance, e.chunk_id LIMIT 40
+),
+vec_ranked AS (
+    SELECT u.chunk_id, u.distance, row_number() OVER (ORDER BY u.distance, u.chunk_id) AS rank
+    FROM (SELECT * FROM vec_ann UNION ALL SELECT * FROM vec_exact) u
 ),
 kw_scope AS (SELECT false AS small, 0::bigint AS chunks, false AS counted),
 kw_terms AS (

@@ -1,4 +1,9 @@
-WITH vec_scope AS (SELECT %(exact)s::boolean AS exact),
+WITH vec_scope AS (SELECT coalesce((SELECT CASE WHEN g.term_stat_pending
+                      THEN (SELECT sum(d.chunk_count) FROM "ragpg".document d
+                            WHERE d.collection = g.name)
+                      ELSE (SELECT sum(s.chunks) FROM "ragpg".chunk_stat s
+                            WHERE s.collection = g.name) END
+          FROM "ragpg".collection g WHERE g.name = %(collection)s), 0)::float8 <= 5000 AS exact),
 vec_ann AS MATERIALIZED (
     SELECT cv.chunk_id, c.document_id,
            (cv.embedding::vector(64)) <=> %(qvec)s::vector(64) AS distance

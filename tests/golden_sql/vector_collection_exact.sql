@@ -1,19 +1,15 @@
 WITH vec_scope AS (SELECT %(exact)s::boolean AS exact),
 vec_ann AS MATERIALIZED (
-    SELECT cv.chunk_id, c.document_id,
-           (cv.embedding::vector(64)) <=> %(qvec)s::vector(64) AS distance
+    SELECT cv.chunk_id, (cv.embedding::vector(64)) <=> %(qvec)s::vector(64) AS distance
     FROM "ragpg".chunk_vector cv
-    JOIN "ragpg".chunk c ON c.id = cv.chunk_id AND c.collection = cv.collection
-    JOIN "ragpg".document d ON d.id = c.document_id AND d.collection = c.collection
-    WHERE cv.collection = %(collection)s AND cv.model = 'fake-bow-64' AND d.collection = %(collection)s
+    WHERE cv.collection = %(collection)s AND cv.model = 'fake-bow-64'
       AND NOT (SELECT exact FROM vec_scope)
     ORDER BY (cv.embedding::vector(64)) <=> %(qvec)s::vector(64)
     LIMIT 10
 ),
 vec_exact AS MATERIALIZED (
-    SELECT e.chunk_id, e.document_id, e.distance
-    FROM (SELECT cv.chunk_id, c.document_id,
-                 (cv.embedding::vector(64)) <=> %(qvec)s::vector(64) AS distance
+    SELECT e.chunk_id, e.distance
+    FROM (SELECT cv.chunk_id, (cv.embedding::vector(64)) <=> %(qvec)s::vector(64) AS distance
           FROM "ragpg".document d
           JOIN "ragpg".chunk c ON c.document_id = d.id AND c.collection = d.collection
           JOIN "ragpg".chunk_vector cv
@@ -22,17 +18,9 @@ vec_exact AS MATERIALIZED (
           OFFSET 0) e
     ORDER BY e.distance, e.chunk_id LIMIT 10
 ),
-vec AS (
-    SELECT u.chunk_id, u.distance,
-           row_number() OVER (PARTITION BY u.document_id ORDER BY u.distance, u.chunk_id) AS doc_rank,
-           row_number() OVER (ORDER BY u.distance, u.chunk_id) AS rank
-    FROM (SELECT * FROM vec_ann UNION ALL SELECT * FROM vec_exact) u
-),
 vec_ranked AS (
-    SELECT chunk_id, distance, rank
-    FROM vec WHERE doc_rank <= 10
-    ORDER BY rank
-    LIMIT 10
+    SELECT u.chunk_id, u.distance, row_number() OVER (ORDER BY u.distance, u.chunk_id) AS rank
+    FROM (SELECT * FROM vec_ann UNION ALL SELECT * FROM vec_exact) u
 )
 SELECT c.id AS chunk_id, cand.vector_rank, cand.distance, cand.keyword_rank, cand.keyword_score,
        c.position, c.section, c.anchor, c.content, c.token_count, c.content_hash,
