@@ -256,6 +256,7 @@ class Searcher:
             parts["exact_top"] = (sql.SQL("") if plan.max_per_document
                                   else self._sql("search_vector_exact_top", **literals))
             parts["collection_chunks"] = self._sql("search_collection_chunks")
+            parts["exact"] = self._sql("search_vector_exact", **parts)
             if plan.exact is not None:
                 scope = "search_vector_scope_given"
             elif self.whole_collection(plan):

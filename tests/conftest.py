@@ -135,6 +135,24 @@ def embed_server() -> Iterator[object]:
 
 
 @pytest.fixture
+def old_server() -> Iterator[object]:
+    """The model a collection is indexed with before a switch (64 dimensions)."""
+    from rag_pg.testing.embedserver import FakeEmbeddingServer
+
+    with FakeEmbeddingServer(dim=64) as fake:
+        yield fake
+
+
+@pytest.fixture
+def new_server() -> Iterator[object]:
+    """The model a collection switches to (32 dimensions)."""
+    from rag_pg.testing.embedserver import FakeEmbeddingServer
+
+    with FakeEmbeddingServer(dim=32) as fake:
+        yield fake
+
+
+@pytest.fixture
 def server() -> Iterator[object]:
     """A 16-dimension fake embedding service (the embedding client tests' default)."""
     from rag_pg.testing.embedserver import FakeEmbeddingServer

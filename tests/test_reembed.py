@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,18 +22,6 @@ from .conftest import run_cli
 from .invariants import violations
 
 OLD, NEW = "fake-bow-64", "fake-bow-32"
-
-
-@pytest.fixture
-def old_server() -> Iterator[FakeEmbeddingServer]:
-    with FakeEmbeddingServer(dim=64) as srv:
-        yield srv
-
-
-@pytest.fixture
-def new_server() -> Iterator[FakeEmbeddingServer]:
-    with FakeEmbeddingServer(dim=32) as srv:
-        yield srv
 
 
 def settings(server: FakeEmbeddingServer | None, **overrides: Any) -> Settings:

@@ -5,7 +5,6 @@ snapshot read (another model, statistics pending, no vectors), once."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,18 +19,6 @@ from rag_pg.testing.embedserver import FakeEmbeddingServer
 from .test_reembed import run_reembed
 
 QUESTION = "comment restaurer une sauvegarde ?"
-
-
-@pytest.fixture
-def old_server() -> Iterator[FakeEmbeddingServer]:
-    with FakeEmbeddingServer(dim=64) as srv:
-        yield srv
-
-
-@pytest.fixture
-def new_server() -> Iterator[FakeEmbeddingServer]:
-    with FakeEmbeddingServer(dim=32) as srv:
-        yield srv
 
 
 def settings(**overrides: Any) -> Settings:

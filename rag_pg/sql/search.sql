@@ -47,8 +47,8 @@ coalesce((SELECT CASE WHEN g.term_stat_pending
 -- name: search_vector_leg
 -- Vector candidates by cosine distance. Approximate branch: the model's partial HNSW index
 -- with iterative scans (set per query), so that a filter still yields vec_fetch rows.
--- Exact branch (very selective filters): every matching vector, from the document side.
--- A one-time filter on vec_scope runs exactly one of the two branches.
+-- Exact branch (search_vector_exact). A one-time filter on vec_scope runs exactly one of the
+-- two branches.
 -- Ranks are the chunk's among all the leg's chunks (numbered before the per-document filter),
 -- so the fusion sees true chunk ranks; the filter (per_document: a few times the hits' cap)
 -- only keeps one long file from filling the leg's list. The cap itself applies after fusion.
@@ -65,18 +65,7 @@ vec_ann AS MATERIALIZED (
     ORDER BY (cv.embedding::{vkind}({dim})) <=> %(qvec)s::{vkind}({dim})
     LIMIT {vec_fetch}
 ),
-vec_exact AS MATERIALIZED (
-    SELECT e.chunk_id, e.document_id, e.distance
-    FROM (SELECT cv.chunk_id, c.document_id,
-                 (cv.embedding::{vkind}({dim})) <=> %(qvec)s::{vkind}({dim}) AS distance
-          FROM {schema}.document d
-          JOIN {schema}.chunk c ON c.document_id = d.id AND c.collection = d.collection
-          JOIN {schema}.chunk_vector cv
-            ON cv.chunk_id = c.id AND cv.collection = c.collection AND cv.model = {model}
-          WHERE {doc_filter} AND (SELECT exact FROM vec_scope)
-          OFFSET 0) e
-    {exact_top}
-),
+{exact},
 vec AS (
     SELECT u.chunk_id, u.distance,
            row_number() OVER (PARTITION BY u.document_id ORDER BY u.distance, u.chunk_id) AS doc_rank,
@@ -88,6 +77,22 @@ vec_ranked AS (
     FROM vec WHERE doc_rank <= {per_document}
     ORDER BY rank
     LIMIT {candidates}
+)
+
+-- name: search_vector_exact
+-- The exact branch (a small collection, a selective filter): every matching vector, from the
+-- document side.
+vec_exact AS MATERIALIZED (
+    SELECT e.chunk_id, e.document_id, e.distance
+    FROM (SELECT cv.chunk_id, c.document_id,
+                 (cv.embedding::{vkind}({dim})) <=> %(qvec)s::{vkind}({dim}) AS distance
+          FROM {schema}.document d
+          JOIN {schema}.chunk c ON c.document_id = d.id AND c.collection = d.collection
+          JOIN {schema}.chunk_vector cv
+            ON cv.chunk_id = c.id AND cv.collection = c.collection AND cv.model = {model}
+          WHERE {doc_filter} AND (SELECT exact FROM vec_scope)
+          OFFSET 0) e
+    {exact_top}
 )
 
 -- name: search_vector_exact_top
@@ -103,8 +108,7 @@ ORDER BY e.distance, e.chunk_id LIMIT {vec_fetch}
 -- The common case, on its own: a whole collection (no other filter, no per-document cap).
 -- Large enough for the index, the HNSW scan filters on the vector rows' own collection, so
 -- no candidate is joined to anything before the final k: as cheap as a bare pgvector query.
--- Small enough for exact search (vec_scope), every vector of the collection from the
--- document side, as the general leg's exact branch reads them; one branch runs.
+-- Small enough for exact search (vec_scope), the general leg's exact branch; one runs.
 vec_ann AS MATERIALIZED (
     SELECT cv.chunk_id, (cv.embedding::{vkind}({dim})) <=> %(qvec)s::{vkind}({dim}) AS distance
     FROM {schema}.chunk_vector cv
@@ -113,20 +117,11 @@ vec_ann AS MATERIALIZED (
     ORDER BY (cv.embedding::{vkind}({dim})) <=> %(qvec)s::{vkind}({dim})
     LIMIT {vec_fetch}
 ),
-vec_exact AS MATERIALIZED (
-    SELECT e.chunk_id, e.distance
-    FROM (SELECT cv.chunk_id, (cv.embedding::{vkind}({dim})) <=> %(qvec)s::{vkind}({dim}) AS distance
-          FROM {schema}.document d
-          JOIN {schema}.chunk c ON c.document_id = d.id AND c.collection = d.collection
-          JOIN {schema}.chunk_vector cv
-            ON cv.chunk_id = c.id AND cv.collection = c.collection AND cv.model = {model}
-          WHERE {doc_filter} AND (SELECT exact FROM vec_scope)
-          OFFSET 0) e
-    ORDER BY e.distance, e.chunk_id LIMIT {vec_fetch}
-),
+{exact},
 vec_ranked AS (
     SELECT u.chunk_id, u.distance, row_number() OVER (ORDER BY u.distance, u.chunk_id) AS rank
-    FROM (SELECT * FROM vec_ann UNION ALL SELECT * FROM vec_exact) u
+    FROM (SELECT chunk_id, distance FROM vec_ann
+          UNION ALL SELECT chunk_id, distance FROM vec_exact) u
 )
 
 -- name: search_keyword_leg

@@ -13,8 +13,9 @@ vec_ann AS MATERIALIZED (
     LIMIT 40
 ),
 vec_exact AS MATERIALIZED (
-    SELECT e.chunk_id, e.distance
-    FROM (SELECT cv.chunk_id, (cv.embedding::vector(64)) <=> %(qvec)s::vector(64) AS distance
+    SELECT e.chunk_id, e.document_id, e.distance
+    FROM (SELECT cv.chunk_id, c.document_id,
+                 (cv.embedding::vector(64)) <=> %(qvec)s::vector(64) AS distance
           FROM "ragpg".document d
           JOIN "ragpg".chunk c ON c.document_id = d.id AND c.collection = d.collection
           JOIN "ragpg".chunk_vector cv
@@ -25,7 +26,8 @@ vec_exact AS MATERIALIZED (
 ),
 vec_ranked AS (
     SELECT u.chunk_id, u.distance, row_number() OVER (ORDER BY u.distance, u.chunk_id) AS rank
-    FROM (SELECT * FROM vec_ann UNION ALL SELECT * FROM vec_exact) u
+    FROM (SELECT chunk_id, distance FROM vec_ann
+          UNION ALL SELECT chunk_id, distance FROM vec_exact) u
 ),
 kw_scope AS (SELECT false AS small, 0::bigint AS chunks, false AS counted),
 kw_terms AS (

@@ -8,8 +8,9 @@ vec_ann AS MATERIALIZED (
     LIMIT 10
 ),
 vec_exact AS MATERIALIZED (
-    SELECT e.chunk_id, e.distance
-    FROM (SELECT cv.chunk_id, (cv.embedding::vector(64)) <=> %(qvec)s::vector(64) AS distance
+    SELECT e.chunk_id, e.document_id, e.distance
+    FROM (SELECT cv.chunk_id, c.document_id,
+                 (cv.embedding::vector(64)) <=> %(qvec)s::vector(64) AS distance
           FROM "ragpg".document d
           JOIN "ragpg".chunk c ON c.document_id = d.id AND c.collection = d.collection
           JOIN "ragpg".chunk_vector cv
@@ -20,7 +21,8 @@ vec_exact AS MATERIALIZED (
 ),
 vec_ranked AS (
     SELECT u.chunk_id, u.distance, row_number() OVER (ORDER BY u.distance, u.chunk_id) AS rank
-    FROM (SELECT * FROM vec_ann UNION ALL SELECT * FROM vec_exact) u
+    FROM (SELECT chunk_id, distance FROM vec_ann
+          UNION ALL SELECT chunk_id, distance FROM vec_exact) u
 )
 SELECT c.id AS chunk_id, cand.vector_rank, cand.distance, cand.keyword_rank, cand.keyword_score,
        c.position, c.section, c.anchor, c.content, c.token_count, c.content_hash,
