@@ -206,37 +206,37 @@ class RagPG:
         collection = collection or self.settings.collection
         if mode is not None and mode not in MODES:
             raise ConfigError(f"mode must be one of {', '.join(MODES)} (got {mode!r})")
-        chosen = mode or self.settings.retrieval.mode
+        chosen = mode or self.settings.retrieval.mode or "hybrid"
         use_rerank = self.settings.rerank.enabled if rerank is None else rerank
         options = {"path_prefix": path_prefix, "filters": filters, "level": level,
                    "node_type": node_type, "max_per_document": max_per_document,
                    "neighbours": neighbours, "expand": expand}
+        # The query is embedded before any connection is lent (a slow embedding service
+        # never holds a connection, a snapshot or a lock), once for both tries below.
+        vectors = QueryVectors(self.provider, query)
+        expected = (vectors.expect(required=chosen == "vector") if chosen != "keyword"
+                    else CollectionInfo.expected(None, None))
         try:
-            hits = self._search(query, k, chosen, collection, use_rerank, options)
+            hits = self._search(vectors, expected, k, chosen, collection, use_rerank, options)
         except psycopg.OperationalError as exc:
             if not self.source.owns_connections or not _connection_lost(exc):
                 raise
             # The server went away under the connection (a restart, a failover): the pool
             # replaces it, and a search, which writes nothing, is safe to run again once.
-            hits = self._search(query, k, chosen, collection, use_rerank, options)
+            hits = self._search(vectors, expected, k, chosen, collection, use_rerank, options)
         return with_citation_urls(hits, self.settings.citation.url)
 
     def _search(
-        self, query: str, k: int, mode: str | None, collection: str, use_rerank: bool,
-        options: dict[str, Any],
+        self, vectors: QueryVectors, expected: CollectionInfo, k: int, wanted: str,
+        collection: str, use_rerank: bool, options: dict[str, Any],
     ) -> list[Hit]:
-        """Embed the query with no connection lent (a slow embedding service never holds a
-        connection, a snapshot or a lock), then run the plan in one snapshot that also reads
+        """Run the plan made for the ``expected`` collection in one snapshot that also reads
         what the plan depends on in the collection (its model, its index, its statistics).
 
-        The plan expects the model the query was embedded with; when the collection is not
-        what it expected (a `ragpg reembed` switched its model, its index casts otherwise,
-        its statistics are being rebuilt, it has no vectors), the plan made from what the
-        snapshot read runs instead, once."""
-        wanted = mode or self.settings.retrieval.mode or "hybrid"
-        vectors = QueryVectors(self.provider, query)
-        expected = (vectors.expect(required=wanted == "vector") if wanted != "keyword"
-                    else CollectionInfo.expected(None, None))
+        When the collection is not what the plan expected (a `ragpg reembed` switched its
+        model, its index casts otherwise, its statistics are being rebuilt, it has no
+        vectors), the plan made from what the snapshot read runs instead, once."""
+        query = vectors.query
         with self.reads.connection() as conn:
             prepare(conn)  # pgvector's types, unless this connection has them already
             plan = self._plan(query, k, wanted, collection, expected, use_rerank, options, vectors)

@@ -135,3 +135,24 @@ def test_a_collection_without_vectors_is_searched_by_keywords_while_the_service_
         old_server.fault = None
         with pytest.raises(StoreError, match="has no vectors: use keyword mode"):
             rag.search(QUESTION, 3, mode="vector")
+
+
+def test_a_lost_connection_runs_the_snapshot_again_not_the_embedding(
+        db_url: str, corpus: Path, old_server: FakeEmbeddingServer,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    indexed(db_url, corpus, **{"embedding.url": old_server.url})
+    with RagPG(db_url, settings(**{"embedding.url": old_server.url})) as rag:
+        expected = chunk_ids(rag.search(QUESTION, 3, mode="hybrid"))
+        send = rag.searcher.send_collection
+        lost: list[int] = []
+
+        def lose_once(conn: psycopg.Connection[Any], collection: str) -> Any:
+            if not lost:
+                lost.append(1)
+                raise psycopg.OperationalError("the server closed the connection")
+            return send(conn, collection)
+
+        monkeypatch.setattr(rag.searcher, "send_collection", lose_once)
+        old_server.reset_counters()
+        assert chunk_ids(rag.search(QUESTION, 3, mode="hybrid")) == expected
+    assert lost and old_server.calls == 1
