@@ -274,8 +274,7 @@ class RagPG:
                 cur = self.searcher.execute(conn, plan)
             info = seen.fetchone()
             rows = cur.fetchall()
-        except (ExtensionUnavailable, psycopg.errors.UndefinedTable,
-                psycopg.errors.UndefinedFunction):
+        except (ExtensionUnavailable, psycopg.errors.UndefinedTable):
             raise self._schema_missing() from None
         except psycopg.errors.UndefinedColumn:
             raise SchemaMissing.out_of_date(self.settings.database.schema) from None
