@@ -31,7 +31,8 @@ What it does, through ragpg's schema (``RagPG.init()``: the Alembic migrations) 
      * ``ragpg keyword``: the pruned BM25 leg and the exhaustive reference, latencies and
        whether every query's list is identical (``bench/scale_keyword.py``);
    at each ``--ef-search``, without a filter and with the 1% path-prefix filter (which ragpg
-   answers exactly when it leaves at most ``exact_limit`` = 5,000 chunks).
+   answers exactly when it leaves at most ``exact_limit`` = 5,000 chunks, or
+   ``exact_share`` = 2% of the collection's).
 
 Writes ``<results>/scale.md`` and ``<results>/scale.jsonl`` (and appends to history.jsonl).
 """
@@ -192,6 +193,7 @@ def recall(got: list[list[int]], truth: list[set[int]]) -> float:
 
 def run_queries(conn: Any, a: argparse.Namespace, schema: str, x: np.ndarray,
                 in_filter: np.ndarray) -> list[dict[str, Any]]:
+    from rag_pg.config import RetrievalSettings
     from rag_pg.search import Searcher, SearchPlan
 
     searcher = Searcher(schema)
@@ -213,18 +215,23 @@ def run_queries(conn: Any, a: argparse.Namespace, schema: str, x: np.ndarray,
                      " ORDER BY cv.embedding::vector({dim}) <=> %(q)s::vector({dim}) LIMIT 10",
                      schema, dim=dim)
 
+    defaults = RetrievalSettings()
+
     def request(i: int, mode: str, ef: int, prefix: str | None, exact: bool = False) -> Any:
-        # As RagPG.search builds it: a whole-collection search knows the collection is large
-        # (exact=False, or True for the ground truth); a filtered one lets the statement decide
-        # (exact=None, or a huge exact_limit for the ground truth); a vector-only search of the
-        # whole collection fetches k rows, a hybrid one `candidates` per leg.
+        # As RagPG.search builds it, but for the branch of a whole collection, forced here
+        # (exact=False, or True for the ground truth) where ragpg's statement decides from the
+        # collection's size; a filtered one lets the statement decide with the settings'
+        # exact_limit and exact_share (or a huge exact_limit for the ground truth); a
+        # vector-only search of the whole collection fetches k rows, a hybrid one
+        # `candidates` per leg.
         whole = prefix is None
         return SearchPlan(collection=COLLECTION, k=10, mode=mode, query_text=texts[i],
                              query_vector=qv[i], model=MODEL, dimension=a.dim,
                              candidates=10 if whole and mode == "vector" else 20,
                              path_prefix=prefix, ef_search=ef,
                              exact=exact if whole else None,
-                             exact_limit=2**30 if exact else 5000)
+                             exact_limit=2**30 if exact else defaults.exact_limit,
+                             exact_share=defaults.exact_share)
 
     def ragpg(mode: str, ef: int, prefix: str | None, exact: bool = False) -> Any:
         return lambda i: [h.chunk_id for h in searcher.run(conn, request(i, mode, ef, prefix, exact))]
@@ -351,7 +358,7 @@ def render(recs: list[dict[str, Any]], command: str) -> str:
                      f" {r.get('ratio_to_raw_p50', '')} |")
     lines += ["", "Recall of `ragpg hybrid` is measured against the same statement with an exact vector"
               " leg; with the 1% filter ragpg takes its exact branch itself when the filter leaves at"
-              " most 5,000 chunks (then recall is 1 by construction)."]
+              " most 5,000 chunks or 2% of the collection's (then recall is 1 by construction)."]
     lines += scale_keyword.render(recs)
     return "\n".join(lines) + "\n"
 

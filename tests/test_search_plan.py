@@ -5,6 +5,7 @@ snapshot read (another model, statistics pending, no vectors), once."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ import psycopg
 import pytest
 
 from rag_pg import RagPG, Settings
+from rag_pg.db import prepare
 from rag_pg.errors import EmbeddingError, StoreError
 from rag_pg.search import SearchPlan
 from rag_pg.testing.embedserver import FakeEmbeddingServer
@@ -156,3 +158,34 @@ def test_a_lost_connection_runs_the_snapshot_again_not_the_embedding(
         old_server.reset_counters()
         assert chunk_ids(rag.search(QUESTION, 3, mode="hybrid")) == expected
     assert lost and old_server.calls == 1
+
+
+def test_no_parallel_worker_starts_for_a_branch_the_statement_skips(
+        db_url: str, corpus: Path, old_server: FakeEmbeddingServer) -> None:
+    """A whole-collection vector search holds an exact branch that a one-time filter skips; on
+    a collection large enough for a parallel plan its Gather would start workers anyway. The
+    search's settings allow none. Parallel plans are made cheap here, so that a collection of
+    a few chunks gets one: without the search settings workers start, with them none."""
+    indexed(db_url, corpus, **{"embedding.url": old_server.url})
+    with RagPG(db_url, settings(**{"embedding.url": old_server.url})) as rag:
+        vector = rag.provider.embed("query", [QUESTION])[0]
+        plan = SearchPlan(collection="default", k=3, mode="vector", query_text=QUESTION,
+                          query_vector=vector, model=rag.provider.model, dimension=len(vector),
+                          candidates=3, exact=False)
+        searcher = rag.searcher
+        with psycopg.connect(db_url, autocommit=True) as conn:
+            prepare(conn)
+
+            def launched(with_search_settings: bool) -> str:
+                with conn.transaction():
+                    for name in ("parallel_setup_cost", "parallel_tuple_cost",
+                                 "min_parallel_table_scan_size", "min_parallel_index_scan_size"):
+                        conn.execute(f"SET LOCAL {name} = 0")
+                    if with_search_settings:
+                        conn.execute(searcher.q("search_settings"), searcher.settings(plan))
+                    rows = conn.execute(psycopg.sql.SQL("EXPLAIN (ANALYZE, COSTS OFF) ")
+                                        + searcher.statement(plan), searcher.params(plan))
+                    return "\n".join(r[0] for r in rows)
+
+            assert re.search(r"Workers Launched: [1-9]", launched(False))
+            assert "Workers" not in launched(True)
