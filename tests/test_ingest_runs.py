@@ -7,6 +7,7 @@ import os
 import secrets
 import signal
 import subprocess
+import sys
 import time
 
 import psycopg
@@ -69,6 +70,43 @@ def test_sigterm_ends_an_ingest_in_one_line_and_records_it_aborted(db_url, embed
     lines = [line for line in err.splitlines() if line.strip()]
     assert lines[-1] == "ragpg: error: terminated (SIGTERM)" and "Traceback" not in err
     assert runs(db_url) == [("aborted",)]
+
+
+# An interrupt raised inside a weakref callback, as the garbage collector runs them: Python
+# only prints it there. The CLI's hook sends the signal again, and the sleep after it ends.
+SWALLOWED_SIGTERM = """
+import os, signal, sys, time, weakref
+from rag_pg.cli._common import Terminated, on_sigterm, redeliver_swallowed_interrupts
+signal.signal(signal.SIGTERM, on_sigterm)
+if sys.argv[1] == "hook":
+    sys.unraisablehook = redeliver_swallowed_interrupts
+class Thing:
+    pass
+def callback(ref):
+    os.kill(os.getpid(), signal.SIGTERM)
+    len("the handler runs at this call, inside the callback")
+thing = Thing()
+ref = weakref.ref(thing, callback)
+del thing
+print("after the callback", flush=True)
+try:
+    time.sleep(float(sys.argv[2]))
+except Terminated:
+    print("terminated", flush=True)
+    sys.exit(143)
+print("slept", flush=True)
+"""
+
+
+@pytest.mark.parametrize(("hook", "outcome"), [("hook", "terminated"), ("none", "slept")])
+def test_a_sigterm_swallowed_by_a_weakref_callback_is_delivered_again(hook, outcome):
+    """Without the hook the command sleeps on to the end (a short sleep, to show it); with it,
+    SIGTERM ends the sleep (the sleep is long: only the signal can end it in time)."""
+    seconds = "600" if hook == "hook" else "0.5"
+    done = subprocess.run([sys.executable, "-c", SWALLOWED_SIGTERM, hook, seconds],
+                          capture_output=True, text=True, timeout=300)
+    assert done.stdout.split() == ["after", "the", "callback", outcome], done.stderr
+    assert ("Exception ignored" in done.stderr) == (hook == "none")
 
 
 def test_a_path_over_the_btree_limit_fails_only_its_document(db_url, tmp_path):

@@ -20,6 +20,7 @@ from rag_pg.cli._common import (
     connection_lost,
     fail,
     on_sigterm,
+    redeliver_swallowed_interrupts,
 )
 from rag_pg.errors import ConfigError, StoreError
 
@@ -52,6 +53,7 @@ def main() -> None:
     # SIGTERM (a service manager, `timeout`, docker stop) ends a command like Ctrl-C does:
     # cleanups run and one line says why. `ragpg serve` installs its own handler.
     signal.signal(signal.SIGTERM, on_sigterm)
+    sys.unraisablehook = redeliver_swallowed_interrupts
     try:
         cli.main(standalone_mode=False, prog_name="ragpg")
     except click.exceptions.Exit as exc:

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import signal
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
@@ -111,6 +113,27 @@ class Terminated(KeyboardInterrupt):
 
 def on_sigterm(signum: int, frame: FrameType | None) -> None:
     raise Terminated
+
+
+# How long the signal sent again waits: the main thread first leaves the callback that
+# swallowed it (and the hook below), so that the next delivery lands in the command's code.
+REDELIVERY_DELAY = 0.01
+
+
+def redeliver_swallowed_interrupts(unraisable: Any) -> None:
+    """``sys.unraisablehook`` of the command line: an interrupt (SIGTERM's Terminated, Ctrl-C's
+    KeyboardInterrupt) that Python raised inside a finalizer or a weakref callback the garbage
+    collector was running is only printed there, and the command would run on as if never
+    asked to stop. The signal is sent again instead, from a timer thread, and the main thread
+    takes it at its next statement outside that callback; anything else goes to Python's own
+    hook."""
+    if not isinstance(unraisable.exc_value, KeyboardInterrupt):
+        sys.__unraisablehook__(unraisable)
+        return
+    signum = signal.SIGTERM if isinstance(unraisable.exc_value, Terminated) else signal.SIGINT
+    resend = threading.Timer(REDELIVERY_DELAY, os.kill, (os.getpid(), signum))
+    resend.daemon = True
+    resend.start()
 
 
 def run_guarded(fn: Callable[[], int | None]) -> None:
