@@ -204,6 +204,10 @@ kw AS (
 --   The chunks holding an essential term outside the seed (and no seed term: those are
 --   scored already) are scored in full. Nothing the exhaustive leg ranks at or above theta is
 --   missed, so kw_ranked is identical. The 1e-9 margin covers the sums' rounding.
+--   Only the chunks scoring theta or more are ranked (kw): the list's last score is at least
+--   theta, a seed score summed the same way, and a chunk below it ranks after every chunk
+--   above it, overall and in its document, so the ranks of those kept are the same and the
+--   window sorts read about candidates rows instead of every chunk scored.
 --   The seed is scored on its own because theta, which picks the rest, depends on its
 --   scores; kw_rest scores every chunk found after it (kw_rest_match or kw_small_match).
 --   Under a filter the rest is read whichever way reads less (by_filter): the essential
@@ -343,9 +347,9 @@ kw_rest AS MATERIALIZED (
     GROUP BY m.chunk_id
 ),
 kw AS (
-    SELECT chunk_id, document_id, score FROM kw_seed
+    SELECT chunk_id, document_id, score FROM kw_seed WHERE score >= (SELECT theta FROM kw_theta)
     UNION ALL
-    SELECT chunk_id, document_id, score FROM kw_rest
+    SELECT chunk_id, document_id, score FROM kw_rest WHERE score >= (SELECT theta FROM kw_theta)
 )
 
 -- name: search_keyword_ranked
