@@ -176,9 +176,11 @@ kw_rest AS MATERIALIZED (
     GROUP BY m.chunk_id
 ),
 kw AS (
-    SELECT chunk_id, document_id, score FROM kw_seed WHERE score >= (SELECT theta FROM kw_theta)
-    UNION ALL
-    SELECT chunk_id, document_id, score FROM kw_rest WHERE score >= (SELECT theta FROM kw_theta)
+    SELECT chunk_id, document_id, score
+    FROM (SELECT chunk_id, document_id, score FROM kw_seed
+          UNION ALL
+          SELECT chunk_id, document_id, score FROM kw_rest) scored
+    WHERE score >= (SELECT theta FROM kw_theta)
 ),
 kw_ranked AS (
     SELECT chunk_id, score, rank
