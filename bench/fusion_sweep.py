@@ -2,9 +2,9 @@
 
 ``dump`` runs every question of a set through ``RagPG.search`` twice, ``mode="vector"`` and
 ``mode="keyword"`` (40 chunks each; the keyword leg gets the words a hybrid search gives it,
-``rag_pg.question.keyword_text``), and writes the hits as JSON lines. ``sweep`` rebuilds the
+``rag_pg.search.question.keyword_text``), and writes the hits as JSON lines. ``sweep`` rebuilds the
 hybrid statement's rows from them (the union of the two lists, each chunk with its rank and
-score in each leg) and runs ``rag_pg.hits.shape`` on them, the code ``search`` runs, once per
+score in each leg) and runs ``rag_pg.search.hits.shape`` on them, the code ``search`` runs, once per
 fusion setting: a factor is varied without embedding anything again, and the default
 setting reproduces ``ragpg eval``'s hybrid figure.
 
@@ -23,9 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from rag_pg.admin.evaluate import file_level, load_questions, mean, metrics, relative_to
-from rag_pg.hits import Candidate, shape
-from rag_pg.question import keyword_text
-from rag_pg.search import SearchPlan
+from rag_pg.search.hits import Candidate, shape
+from rag_pg.search.question import keyword_text
+from rag_pg.search.statement import SearchPlan
 
 DEPTH = 40  # each leg's list, as retrieval.candidates gives the hybrid statement
 
@@ -72,8 +72,8 @@ def _phrases(rag: Any, text: str, ids: list[int]) -> dict[int, tuple[list[str], 
     them (its ``search_phrases`` fragments), for the phrase leg."""
     from psycopg import sql
 
-    from rag_pg.bm25 import keyword_query
-    from rag_pg.search import LANGUAGES, phrase_windows
+    from rag_pg.search.bm25 import keyword_query
+    from rag_pg.search.statement import LANGUAGES, phrase_windows
 
     q = rag.searcher.q
     statement = sql.SQL("WITH {} SELECT c.id, {} FROM {}.chunk c WHERE c.id = ANY(%(ids)s)").format(
@@ -151,7 +151,7 @@ SETTINGS: dict[str, dict[str, Any]] = {
 
 def _top_gap(m: int | None) -> Any:
     """Decisiveness variants: 1 - the mean normalised score of the next ``m`` candidates
-    (``None``: all of them, :func:`rag_pg.fuse.decisiveness`)."""
+    (``None``: all of them, :func:`rag_pg.search.fuse.decisiveness`)."""
     def rule(values: Sequence[float]) -> float:
         if len(values) < 2:
             return 1.0 if values else 0.0
@@ -215,7 +215,7 @@ NORMS: dict[str, Bounds] = {
 
 def _normalised(bounds: Bounds) -> Callable[..., dict[Any, dict[str, float]]]:
     """``fuse.convex_parts`` with each non-absolute leg scaled by ``bounds`` (clipped to [0, 1])."""
-    from rag_pg import fuse
+    from rag_pg.search import fuse
 
     def parts(scores: Mapping[Any, Mapping[str, float]], *, weights: Mapping[str, float] | None = None,
               legs: Sequence[str] = ("vector", "keyword"), absolute: Sequence[str] = (),
@@ -238,11 +238,11 @@ def _normalised(bounds: Bounds) -> Callable[..., dict[Any, dict[str, float]]]:
 
 
 def configure(name: str) -> dict[str, Any]:
-    """``adaptive/p<power>/<rule>`` sets :mod:`rag_pg.fuse`'s power and decisiveness rule
+    """``adaptive/p<power>/<rule>`` sets :mod:`rag_pg.search.fuse`'s power and decisiveness rule
     (``w<v>:<k>`` fixed leg weights, ``t<w>`` the title weight, ``phrase<w>`` the phrase
     leg's, ``norm<name>`` the legs' normalisation, :data:`NORMS`), then returns the plan's
     fields."""
-    from rag_pg import fuse, hits
+    from rag_pg.search import fuse, hits
     fuse.ADAPTIVE_POWER = 1.0
     fuse.decisiveness = RULES["mean"]
     hits.TITLE_WEIGHT = 0.5

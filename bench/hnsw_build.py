@@ -117,8 +117,8 @@ def statement(variant: str, dim: int, m: int, efc: int) -> sql.Composed:
 
 def build(conn: Any, variant: str, a: argparse.Namespace) -> dict[str, Any]:
     from rag_pg.config import IndexSettings
-    from rag_pg.store import Store
-    from rag_pg.vector_index import vector_index_name
+    from rag_pg.store.documents import Store
+    from rag_pg.store.vector_index import vector_index_name
 
     conn.execute(f"SET maintenance_work_mem = '{a.maintenance_work_mem}'")
     conn.execute(f"SET max_parallel_maintenance_workers = {int(a.workers)}")

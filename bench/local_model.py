@@ -143,8 +143,8 @@ def stored_texts(url: str) -> list[str]:
     """The texts ingest sent to the model, rebuilt from the rows as ``ragpg reembed`` does."""
     import psycopg
 
-    from rag_pg.chunk import embedding_text
     from rag_pg.models import Chunk
+    from rag_pg.source.chunk import embedding_text
 
     with psycopg.connect(url) as conn:
         rows = conn.execute(
@@ -175,15 +175,15 @@ def model_alone(texts: list[str]) -> dict[str, Any]:
 def windows(trees: list[Path]) -> dict[str, Any]:
     """Chunk ``trees`` as ingest does and count each embedded text with the model's tokenizer:
     as the chunker cuts it, and after ``window.fit`` (what ingest sends)."""
-    from rag_pg.chunk import Chunker, embedding_text
     from rag_pg.config import Settings
-    from rag_pg.convert import DEFAULT_REGISTRY
     from rag_pg.embed.local import LocalEmbeddingProvider
-    from rag_pg.markdown.sites import detect_style
     from rag_pg.models import SkippedFile
-    from rag_pg.parse import parse_document
-    from rag_pg.walk import WalkRules, walk
-    from rag_pg.window import fit
+    from rag_pg.source.chunk import Chunker, embedding_text
+    from rag_pg.source.convert import DEFAULT_REGISTRY
+    from rag_pg.source.markdown.sites import detect_style
+    from rag_pg.source.parse import parse_document
+    from rag_pg.source.token_window import fit
+    from rag_pg.source.walk import WalkRules, walk
 
     settings = Settings.load(environ={})
     chunk = settings.chunk

@@ -28,12 +28,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rag_pg.chunk import Chunker, is_mdx
-from rag_pg.markdown.checks import DIRTY_TITLE, balanced, mid_line_fences, scaffolding_only
-from rag_pg.markdown.outline import Heading, outline
 from rag_pg.models import SkippedFile
-from rag_pg.parse import parse_document
-from rag_pg.walk import WalkRules, walk
+from rag_pg.source.chunk import Chunker, is_mdx
+from rag_pg.source.markdown.checks import DIRTY_TITLE, balanced, mid_line_fences, scaffolding_only
+from rag_pg.source.markdown.outline import Heading, outline
+from rag_pg.source.parse import parse_document
+from rag_pg.source.walk import WalkRules, walk
 
 HERE = Path(__file__).resolve().parent
 MDX_SCRIPT = HERE / "mdx_heading_ids.mjs"

@@ -194,7 +194,7 @@ def recall(got: list[list[int]], truth: list[set[int]]) -> float:
 def run_queries(conn: Any, a: argparse.Namespace, schema: str, x: np.ndarray,
                 in_filter: np.ndarray) -> list[dict[str, Any]]:
     from rag_pg.config import RetrievalSettings
-    from rag_pg.search import Searcher, SearchPlan
+    from rag_pg.search.statement import Searcher, SearchPlan
 
     searcher = Searcher(schema)
     qrng = np.random.default_rng(a.seed + 1)
@@ -398,8 +398,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from rag_pg.api import RagPG
     from rag_pg.config import IndexSettings, Settings
-    from rag_pg.store import Store
-    from rag_pg.vector_index import vector_index_name
+    from rag_pg.store.documents import Store
+    from rag_pg.store.vector_index import vector_index_name
 
     server = None
     workdir = Path(tempfile.mkdtemp(prefix="ragpg-scale-"))

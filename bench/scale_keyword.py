@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 from psycopg import sql
 
-from rag_pg.store import Store
+from rag_pg.store.documents import Store
 
 VOCAB = 50_000
 COLLECTION = "scale"
@@ -126,7 +126,7 @@ def pct(xs: list[float], p: float) -> float:
 
 def keyword_runs(conn: Any, a: Any, schema: str, texts: list[str]) -> list[dict[str, Any]]:
     """p50/p95 of the pruned and exhaustive keyword legs, and whether their lists agree."""
-    from rag_pg.search import Searcher, SearchPlan
+    from rag_pg.search.statement import Searcher, SearchPlan
 
     searcher = Searcher(schema)
 

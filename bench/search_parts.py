@@ -54,9 +54,9 @@ def main() -> None:
 
     from rag_pg.api import RagPG
     from rag_pg.config import Settings
-    from rag_pg.db import SET_SNAPSHOT, read_snapshot
     from rag_pg.embed import serving
-    from rag_pg.query_vectors import QueryVectors
+    from rag_pg.search.query_vectors import QueryVectors
+    from rag_pg.store.db import SET_SNAPSHOT, read_snapshot
 
     settings = Settings.load(environ={}, cwd=HERE, overrides={
         "database.url": a.db, "embedding.provider": "http", "embedding.url": a.embed_url,

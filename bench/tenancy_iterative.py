@@ -17,10 +17,11 @@ import psycopg
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from rag_pg import RagPG, Settings, migrate, tenancy
+from rag_pg import RagPG, Settings
 from rag_pg.admin import roles
 from rag_pg.config import IndexSettings
-from rag_pg.store import Store
+from rag_pg.store import migrate, tenancy
+from rag_pg.store.documents import Store
 from rag_pg.testing.embedserver import FakeEmbeddingServer
 
 COLLECTIONS, PER_COLLECTION, K, QUERIES = 10, 3000, 10, 30

@@ -12,8 +12,6 @@ Library use::
 
 from rag_pg.api import RagPG
 from rag_pg.config import Settings
-from rag_pg.convert.base import ConversionError
-from rag_pg.db import Database
 from rag_pg.embed.base import EmbeddingProvider, ProviderUnavailable
 from rag_pg.errors import (
     CollectionNotFound,
@@ -31,7 +29,6 @@ from rag_pg.errors import (
     SidecarError,
     StoreError,
 )
-from rag_pg.locate import LegPosition, Location
 from rag_pg.models import (
     Chunk,
     ChunkRecord,
@@ -43,7 +40,10 @@ from rag_pg.models import (
     RunSummary,
     Stats,
 )
-from rag_pg.search import Expansion, Mode
+from rag_pg.search.locate import LegPosition, Location
+from rag_pg.search.statement import Expansion, Mode
+from rag_pg.source.convert.base import ConversionError
+from rag_pg.store.db import Database
 
 __version__ = "0.1.0"
 

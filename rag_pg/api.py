@@ -12,24 +12,20 @@ from typing import Any, cast
 import psycopg
 from psycopg.rows import scalar_row
 
-from rag_pg import records, replica, tenancy
-from rag_pg.bm25 import BM25Params
 from rag_pg.config import Settings
-from rag_pg.db import ConnectionSource, Database, PoolSource, prepare, read_snapshot, source_for
 from rag_pg.embed import make_provider
 from rag_pg.embed.base import EmbeddingProvider
 from rag_pg.errors import ConfigError, ExtensionUnavailable, RagError, SchemaMissing, StoreError
-from rag_pg.hits import Candidate, shape
-from rag_pg.ingest import Ingestor, ProgressFn
-from rag_pg.ingest_runs import abort_stale_runs
-from rag_pg.locate import DEFAULT_DEPTH as LOCATE_DEPTH
-from rag_pg.locate import Location, locate_target
-from rag_pg.locks import lock_free
+from rag_pg.ingest.run import Ingestor, ProgressFn
 from rag_pg.models import DocumentRecord, Hit, IngestReport, Stats, with_citation_urls
-from rag_pg.query_vectors import QueryVectors
-from rag_pg.question import keyword_text
-from rag_pg.rerank import Reranker
-from rag_pg.search import (
+from rag_pg.search.bm25 import BM25Params
+from rag_pg.search.hits import Candidate, shape
+from rag_pg.search.locate import DEFAULT_DEPTH as LOCATE_DEPTH
+from rag_pg.search.locate import Location, locate_target
+from rag_pg.search.query_vectors import QueryVectors
+from rag_pg.search.question import keyword_text
+from rag_pg.search.rerank import Reranker
+from rag_pg.search.statement import (
     MODES,
     CollectionInfo,
     Expansion,
@@ -40,8 +36,19 @@ from rag_pg.search import (
     settle,
     unfiltered,
 )
-from rag_pg.store import Store
-from rag_pg.vector_index import vector_kind
+from rag_pg.store import records, replica, tenancy
+from rag_pg.store.db import (
+    ConnectionSource,
+    Database,
+    PoolSource,
+    prepare,
+    read_snapshot,
+    source_for,
+)
+from rag_pg.store.documents import Store
+from rag_pg.store.locks import lock_free
+from rag_pg.store.runs import abort_stale_runs
+from rag_pg.store.vector_index import vector_kind
 
 
 class RagPG:
@@ -108,9 +115,8 @@ class RagPG:
 
     def init(self) -> str:
         """Create or upgrade the schema (``alembic upgrade head``); returns the revision."""
-        from rag_pg import (
-            migrate,  # Alembic + SQLAlchemy take ~0.5 s to import: only `init` needs them
-        )
+        # Alembic + SQLAlchemy take ~0.5 s to import: only `init` needs them
+        from rag_pg.store import migrate
 
         with self.source.connection() as conn:
             migrate.upgrade(conn, self.settings.database.schema)
@@ -308,7 +314,7 @@ class RagPG:
         vector_leg = mode != "keyword"
         plan = SearchPlan(
             collection=collection, k=k, mode=cast(Mode, mode), query_vector=qvec,
-            # hybrid: the keyword leg's words (rag_pg.question); keyword mode is the SQL's BM25
+            # hybrid: the keyword leg's words (rag_pg.search.question); keyword mode is the SQL's BM25
             query_text=keyword_text(query) if mode == "hybrid" else query,
             model=info.model if vector_leg else None,
             dimension=info.dimension if vector_leg else None, candidates=candidates,

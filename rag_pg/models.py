@@ -7,7 +7,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from rag_pg import injection
+from rag_pg.source import injection
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +154,7 @@ def with_citation_urls(hits: list[Hit], template: str | None) -> list[Hit]:
     the settings were built); unchanged without one."""
     if template is None:
         return hits
-    from rag_pg.markdown.links import citation_url
+    from rag_pg.source.markdown.links import citation_url
 
     return [replace(hit, url=citation_url(template, hit.path, hit.chunk.anchor)) for hit in hits]
 

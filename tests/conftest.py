@@ -68,7 +68,7 @@ def pg_server_url() -> Iterator[str]:
 @pytest.fixture(scope="session")
 def pg_template(pg_server_url: str) -> Iterator[str]:
     """A database migrated once; every test database is cloned from it."""
-    from rag_pg import migrate
+    from rag_pg.store import migrate
 
     with psycopg.connect(pg_server_url, autocommit=True) as conn:
         version = conn.execute("SHOW server_version").fetchone()

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import psycopg
 
-from rag_pg import checkpoints
 from rag_pg.cli import main as ragpg_main
+from rag_pg.store import checkpoints
 
 _RAGPG_BACKENDS = """
 SELECT pid FROM pg_stat_activity

@@ -24,10 +24,10 @@ from hypothesis import strategies as st
 
 from rag_pg import RagPG, Settings
 from rag_pg.admin.evaluate import load_questions
-from rag_pg.bm25 import BM25Params, score, term_bound
 from rag_pg.models import Chunk, Document
-from rag_pg.search import Searcher, SearchPlan
-from rag_pg.store import PreparedDocument, Store
+from rag_pg.search.bm25 import BM25Params, score, term_bound
+from rag_pg.search.statement import Searcher, SearchPlan
+from rag_pg.store.documents import PreparedDocument, Store
 
 DATA = Path(__file__).parent / "data" / "tldr-fr-mini"
 # Frequent words repeated, so that drawn texts follow a skewed (Zipf-like) distribution;

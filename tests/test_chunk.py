@@ -1,4 +1,4 @@
-"""Sections, anchors, paragraphs and packing of rag_pg.chunk (SPEC §2.3, RELIABILITY E1)."""
+"""Sections, anchors, paragraphs and packing of rag_pg.source.chunk (SPEC §2.3, RELIABILITY E1)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rag_pg.chunk import (
+from rag_pg.errors import ConfigError
+from rag_pg.models import Chunk, Document
+from rag_pg.source.chunk import (
     Chunker,
     Section,
     context_prefix,
@@ -20,9 +22,7 @@ from rag_pg.chunk import (
     slugify,
     split_sections,
 )
-from rag_pg.errors import ConfigError
-from rag_pg.models import Chunk, Document
-from rag_pg.parse import parse_document
+from rag_pg.source.parse import parse_document
 
 FAST = settings(max_examples=150, deadline=None)
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from click.testing import CliRunner
 
-from rag_pg.markdown.links import citation_url
 from rag_pg.models import Chunk, Hit, with_citation_urls
+from rag_pg.source.markdown.links import citation_url
 from rag_pg.tree.context import assemble
 
 

@@ -31,7 +31,7 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from rag_pg.queries import _raw
+from rag_pg.store.queries import _raw
 
 GOLDEN = Path(__file__).parent / "golden_sql"
 PACKAGE = Path(__file__).resolve().parent.parent / "rag_pg"

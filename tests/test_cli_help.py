@@ -10,7 +10,7 @@ from psycopg_pool import PoolTimeout
 
 from rag_pg.cli import cli
 from rag_pg.cli._common import Context
-from rag_pg.db import PoolSource
+from rag_pg.store.db import PoolSource
 
 
 def _commands(group: click.Group, prefix: str = "") -> list[tuple[str, click.Command]]:

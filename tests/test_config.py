@@ -134,7 +134,7 @@ def test_the_library_reads_the_environment_only_in_the_settings_loader():
     )
     # convert/pool.py hands the environment on to its worker process (plus the parent's import
     # path); it reads no setting from it.
-    allowed = {"rag_pg/config/loader.py", "rag_pg/convert/pool.py"}
+    allowed = {"rag_pg/config/loader.py", "rag_pg/source/convert/pool.py"}
     assert set(readers) <= allowed, readers
 
 

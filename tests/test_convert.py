@@ -8,16 +8,22 @@ from pathlib import Path
 
 import pytest
 
-from rag_pg.chunk import Chunker
-from rag_pg.convert import DEFAULT_REGISTRY, ConversionPool, Converted, Registry, available_formats
-from rag_pg.convert.base import MarkdownBuilder, escape_line
-from rag_pg.convert.pdf_text import PdfConverter
-from rag_pg.convert.sheets import XlsxConverter
-from rag_pg.convert.slides import PptxConverter
-from rag_pg.convert.web import HtmlConverter
-from rag_pg.convert.word import DocxConverter
 from rag_pg.errors import ConfigError
-from rag_pg.parse import parse_document
+from rag_pg.source.chunk import Chunker
+from rag_pg.source.convert import (
+    DEFAULT_REGISTRY,
+    ConversionPool,
+    Converted,
+    Registry,
+    available_formats,
+)
+from rag_pg.source.convert.base import MarkdownBuilder, escape_line
+from rag_pg.source.convert.pdf_text import PdfConverter
+from rag_pg.source.convert.sheets import XlsxConverter
+from rag_pg.source.convert.slides import PptxConverter
+from rag_pg.source.convert.web import HtmlConverter
+from rag_pg.source.convert.word import DocxConverter
+from rag_pg.source.parse import parse_document
 
 FORMATS = Path(__file__).parent / "data" / "formats"
 ANSWER = "Le mot de passe du coffre est zephyr-42."
@@ -419,7 +425,7 @@ def test_html_and_slide_anchors_survive_the_parser():
 
 
 def test_pipeline_glue_kind_document_and_fingerprint():
-    from rag_pg.convert import fingerprint_part, source_kind, to_document
+    from rag_pg.source.convert import fingerprint_part, source_kind, to_document
 
     formats = DEFAULT_REGISTRY.resolve_formats(["md", "pdf"])
     assert source_kind("a/b.md", formats) == "markdown"
@@ -442,7 +448,7 @@ def test_importing_the_converters_loads_no_library():
     import subprocess
     import sys
 
-    code = ("import sys, rag_pg.convert; heavy = ['pypdfium2', 'mammoth', 'pptx', 'openpyxl', "
+    code = ("import sys, rag_pg.source.convert; heavy = ['pypdfium2', 'mammoth', 'pptx', 'openpyxl', "
             "'bs4', 'markdownify', 'lxml']; print([m for m in heavy if m in sys.modules])")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"

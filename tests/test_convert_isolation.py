@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from rag_pg.convert import ConversionError, ConversionPool, Converted, LibraryConverter
+from rag_pg.source.convert import ConversionError, ConversionPool, Converted, LibraryConverter
 from tests.test_convert import build_docx, build_pdf, build_pptx, build_xlsx
 
 MB = 1024 * 1024
@@ -193,7 +193,7 @@ def test_parent_memory_stays_bounded_on_hostile_files(tmp_path):
     script = textwrap.dedent(f"""
         import json, resource, sys
         from pathlib import Path
-        from rag_pg.convert import ConversionError, ConversionPool
+        from rag_pg.source.convert import ConversionError, ConversionPool
         from tests.test_convert_isolation import HogConverter
         results = {{}}
         with ConversionPool(time_limit=120, memory_limit={512 * MB}) as pool:
@@ -226,7 +226,7 @@ def test_parent_memory_stays_bounded_on_hostile_files(tmp_path):
 def test_the_worker_dies_with_its_parent(tmp_path):
     script = textwrap.dedent("""
         import sys
-        from rag_pg.convert import ConversionPool
+        from rag_pg.source.convert import ConversionPool
         from tests.test_convert_isolation import NoisyConverter, SpinConverter
         pool = ConversionPool(time_limit=600)
         pool.convert(b"x", "x.noisy", NoisyConverter())

@@ -78,7 +78,7 @@ def test_sigkill_at_random_moments_never_leaves_a_partial_document(db_url, embed
 
 def test_two_concurrent_ingests_never_duplicate(db_url, embed_server, tmp_path):
     corpus = big_corpus(tmp_path / "c", n=30)
-    from rag_pg.locks import LOCK_CLASS, lock_key
+    from rag_pg.store.locks import LOCK_CLASS, lock_key
 
     # The test holds the collection's lock until both ingests say they wait for it, then lets
     # them go at once: one writes while the other waits, whatever the machine's speed.
@@ -134,7 +134,7 @@ def first_line_with(proc, text, limit=300.0):
 
 def test_second_ingest_gives_up_clearly_when_the_lock_is_held(db_url, embed_server, tmp_path):
     corpus = big_corpus(tmp_path / "c", n=3)
-    from rag_pg.locks import LOCK_CLASS, lock_key
+    from rag_pg.store.locks import LOCK_CLASS, lock_key
 
     with psycopg.connect(db_url, autocommit=True) as holder:
         holder.execute("SELECT pg_advisory_lock(%s, %s)", (LOCK_CLASS, lock_key("ragpg", "default")))

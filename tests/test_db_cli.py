@@ -20,8 +20,8 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from rag_pg import embedded_pg
-from rag_pg.embedded_pg import PASSWORD_FILE, hba_rules
+from rag_pg.store import embedded as embedded_pg
+from rag_pg.store.embedded import PASSWORD_FILE, hba_rules
 
 from .conftest import ROOT, run_cli
 from .private_pg import _free_port

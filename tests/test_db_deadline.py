@@ -14,8 +14,8 @@ import psycopg
 import pytest
 
 from rag_pg import RagPG, Settings
-from rag_pg.db import KEEPALIVE_OPTIONS, PoolSource
 from rag_pg.errors import DatabaseTimeout
+from rag_pg.store.db import KEEPALIVE_OPTIONS, PoolSource
 
 from .private_pg import private_server
 

@@ -11,8 +11,8 @@ import pytest
 
 from rag_pg.config import EmbeddingSettings
 from rag_pg.embed import HttpEmbeddingProvider, make_provider, validate_vectors
-from rag_pg.embed.server import EmbedServer
 from rag_pg.errors import EmbeddingError
+from rag_pg.serve.embed_server import EmbedServer
 from rag_pg.testing.embedserver import FakeEmbeddingServer, fake_vector
 
 TEXTS = ["zeta", "alpha beta", "élève café", ""]

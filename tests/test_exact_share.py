@@ -15,9 +15,9 @@ from psycopg import sql
 
 from rag_pg import RagPG, Settings
 from rag_pg.config import IndexSettings
-from rag_pg.query_vectors import QueryVectors
-from rag_pg.search import CollectionInfo, Searcher, SearchPlan
-from rag_pg.store import Store
+from rag_pg.search.query_vectors import QueryVectors
+from rag_pg.search.statement import CollectionInfo, Searcher, SearchPlan
+from rag_pg.store.documents import Store
 
 MODEL, DIM, PER_DOC = "m3", 3, 10
 #: folder -> documents: a/ is 200 of the collection's 3,000 chunks, b/ 50

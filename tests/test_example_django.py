@@ -19,7 +19,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from rag_pg import StoreError, migrate
+from rag_pg import StoreError
+from rag_pg.store import migrate
 
 from .conftest import ROOT
 

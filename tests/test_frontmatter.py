@@ -1,4 +1,4 @@
-"""Front-matter splitting and the YAML traps of RELIABILITY E2 (rag_pg.frontmatter)."""
+"""Front-matter splitting and the YAML traps of RELIABILITY E2 (rag_pg.source.frontmatter)."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rag_pg import frontmatter
-from rag_pg.frontmatter import MAX_FRONT_MATTER_BYTES, split_front_matter
+from rag_pg.source import frontmatter
+from rag_pg.source.frontmatter import MAX_FRONT_MATTER_BYTES, split_front_matter
 
 FAST = settings(max_examples=150, deadline=None)
 

@@ -6,7 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rag_pg.fuse import FUSIONS, rrf
+from rag_pg.config.sections import FUSIONS
+from rag_pg.search.fuse import rrf
 
 
 def naive(rankings: dict[str, list[int]], k: int) -> dict[int, float]:
@@ -51,9 +52,9 @@ def test_weights_and_ties():
 
 # -- weighted RRF, per-document capping, candidate rows -> hits (all without a database) ------
 
-from rag_pg.fuse import cap_per_document  # noqa: E402
-from rag_pg.hits import Candidate, fuse, merge_chunks  # noqa: E402
-from rag_pg.search import SearchPlan  # noqa: E402
+from rag_pg.search.fuse import cap_per_document  # noqa: E402
+from rag_pg.search.hits import Candidate, fuse, merge_chunks  # noqa: E402
+from rag_pg.search.statement import SearchPlan  # noqa: E402
 
 weights = st.floats(0, 5, allow_nan=False)
 
@@ -148,7 +149,7 @@ def test_a_document_first_in_both_legs_through_different_chunks_stays_first_when
     chunk (11) its third vector chunk; document 2's chunk is second in both legs. Fused per
     chunk, chunk 10 keeps both terms and document 1 stays first under a cap of 1 (capping
     each leg first would leave chunk 10 one term and put document 2 first)."""
-    from rag_pg.hits import shape
+    from rag_pg.search.hits import shape
 
     rows = [_doc_row(10, 1, 1, 3), _doc_row(11, 1, 3, 1), _doc_row(20, 2, 2, 2)]
     for plan in (_req("hybrid", max_per_document=1, k=1),
@@ -160,7 +161,7 @@ def test_a_document_first_in_both_legs_through_different_chunks_stays_first_when
 
 # -- rank-based RRF and the convex (score-aware) fusion ----------------------------------------
 
-from rag_pg.fuse import convex, convex_parts, rrf_ranks  # noqa: E402
+from rag_pg.search.fuse import convex, convex_parts, rrf_ranks  # noqa: E402
 
 finite = st.floats(-50, 50, allow_nan=False, allow_infinity=False)
 # Scores on a 0.01 grid for the scale and offset properties: two floats closer than the
@@ -271,7 +272,7 @@ def test_convex_follows_a_decisive_leg_where_rrf_sees_only_ranks():
 def test_a_hits_parts_are_its_fusions_own_and_sum_to_its_score(fusion):
     """The parts are what the fusion added up, not a formula of another fusion: for RRF
     ``weight / (k + rank)``, for convex a leg's weight share times its normalised score."""
-    from rag_pg.hits import shape
+    from rag_pg.search.hits import shape
 
     rows = [_row(1, 1, 0.1, 2, 3.0), _row(2, 2, 0.15, 1, 9.0), _row(3, 3, 0.5, None, None),
             _row(4, None, None, 3, 1.0)]
@@ -291,7 +292,7 @@ def test_a_hits_parts_are_its_fusions_own_and_sum_to_its_score(fusion):
 
 
 def test_single_leg_hits_have_their_score_as_their_one_part():
-    from rag_pg.hits import shape
+    from rag_pg.search.hits import shape
 
     rows = [_row(1, 1, 0.1, 2, 3.0), _row(2, None, None, 1, 9.0)]
 

@@ -9,9 +9,9 @@ from hypothesis import strategies as st
 
 from rag_pg.config.sections import RetrievalSettings
 from rag_pg.errors import ConfigError
-from rag_pg.fuse import adaptive, convex, decisiveness
-from rag_pg.hits import Candidate, fuse
-from rag_pg.search import SearchPlan
+from rag_pg.search.fuse import adaptive, convex, decisiveness
+from rag_pg.search.hits import Candidate, fuse
+from rag_pg.search.statement import SearchPlan
 from tests.test_fuse import grid, legs, positive_grid
 
 values = st.lists(st.floats(-50, 50, allow_nan=False, allow_infinity=False), max_size=30)

@@ -1,6 +1,6 @@
 """The composed SQL of every search shape, pinned in ``tests/golden_sql/<shape>.sql``.
 
-The search statement is assembled from fragments of ``rag_pg/sql/search.sql`` at run time;
+The search statement is assembled from fragments of ``rag_pg/store/sql/search.sql`` at run time;
 these files show each whole statement as it is sent (schema ``ragpg``, a 64-d model), so a
 change to composition is read and reviewed as SQL. A test fails when a statement differs from
 its file. After an intended change, rewrite the files and review the diff::
@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from psycopg import sql
 
-from rag_pg.search import Searcher, SearchPlan
+from rag_pg.search.statement import Searcher, SearchPlan
 
 GOLDEN = Path(__file__).parent / "golden_sql"
 UPDATE = os.environ.get("RAGPG_UPDATE_GOLDEN") == "1"

@@ -9,7 +9,7 @@ import json
 import subprocess
 import sys
 
-HEAVY = ("alembic", "sqlalchemy", "yaml", "numpy", "rag_pg.parse", "rag_pg.migrate")
+HEAVY = ("alembic", "sqlalchemy", "yaml", "numpy", "rag_pg.source.parse", "rag_pg.store.migrate")
 
 
 def loaded_after(code: str) -> list[str]:
@@ -20,12 +20,12 @@ def loaded_after(code: str) -> list[str]:
 
 
 def test_importing_the_library_loads_none_of_the_heavy_modules():
-    assert loaded_after("import rag_pg, rag_pg.api, rag_pg.embed, rag_pg.ingest") == []
+    assert loaded_after("import rag_pg, rag_pg.api, rag_pg.embed, rag_pg.ingest.run") == []
 
 
 def test_they_load_when_an_operation_needs_them():
     assert set(loaded_after("from rag_pg.api import RagPG; from rag_pg import migrate")) >= {
-        "alembic", "sqlalchemy", "rag_pg.migrate"}
+        "alembic", "sqlalchemy", "rag_pg.store.migrate"}
     assert "numpy" in loaded_after("from rag_pg.embed import validate_vectors;"
                                    " validate_vectors([[1.0]], count=1, dimension=1)")
 
@@ -49,7 +49,7 @@ def test_a_no_change_reingest_loads_none_of_them(db_url, embed_server, corpus):
 
 
 def test_the_library_and_the_cli_never_load_the_test_helpers():
-    probe = ("import sys, rag_pg, rag_pg.api, rag_pg.ingest, rag_pg.admin.reembed, rag_pg.cli\n"
+    probe = ("import sys, rag_pg, rag_pg.api, rag_pg.ingest.run, rag_pg.admin.reembed, rag_pg.cli\n"
              "print([m for m in sys.modules if m.startswith('rag_pg.testing')])")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

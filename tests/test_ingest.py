@@ -271,7 +271,7 @@ def test_report_json_has_the_contract_fields(db_url, embed_server, corpus):
 
 
 def test_the_vector_index_is_built_after_the_first_bulk_load(db_url, embed_server, corpus):
-    from rag_pg.vector_index import vector_index_name
+    from rag_pg.store.vector_index import vector_index_name
 
     name = vector_index_name("fake-bow-64")
     with make_rag(db_url, embed_server) as rag:
@@ -294,12 +294,12 @@ def test_the_vector_index_is_built_after_the_first_bulk_load(db_url, embed_serve
 
 
 def test_a_new_parser_version_reindexes_and_the_same_one_skips(db_url, embed_server, corpus, monkeypatch):
-    import rag_pg.markdown
+    import rag_pg.source.markdown
 
     with make_rag(db_url, embed_server) as rag:
         first = rag.ingest(corpus)
         same = rag.ingest(corpus)
-        monkeypatch.setattr(rag_pg.markdown, "PARSER_VERSION", "markdown-it/next")
+        monkeypatch.setattr(rag_pg.source.markdown, "PARSER_VERSION", "markdown-it/next")
         upgraded = rag.ingest(corpus)
         settled = rag.ingest(corpus)
     assert (same.documents_skipped, same.documents_indexed) == (first.documents_indexed, 0)
@@ -347,7 +347,7 @@ def test_hard_links_are_read_only_when_allowed(db_url, embed_server, tmp_path):
 
 
 def test_non_documents_are_all_counted_but_listed_up_to_a_limit(db_url, embed_server, tmp_path, monkeypatch):
-    from rag_pg import ingest
+    from rag_pg.ingest import run as ingest
 
     monkeypatch.setattr(ingest, "LISTED_NON_DOCUMENTS", 5)
     root = tmp_path / "tree"

@@ -80,7 +80,7 @@ def test_an_unchanged_document_is_not_converted_again(db_url, embed_server, tree
 
 
 def test_a_converter_upgrade_reconverts_only_converted_files(db_url, embed_server, tree, monkeypatch):
-    from rag_pg.convert.pdf_text import PdfConverter
+    from rag_pg.source.convert.pdf_text import PdfConverter
 
     with make_rag(db_url, embed_server) as rag:
         rag.ingest(tree)

@@ -9,8 +9,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from rag_pg import RagPG, Settings, checkpoints
+from rag_pg import RagPG, Settings
 from rag_pg.errors import EmbeddingError
+from rag_pg.store import checkpoints
 
 from .invariants import violations
 

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from rag_pg.ingest_prepare import read_ahead
+from rag_pg.ingest.prepare import read_ahead
 
 
 def test_items_come_in_order_and_end() -> None:

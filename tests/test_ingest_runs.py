@@ -13,8 +13,9 @@ import time
 import psycopg
 import pytest
 
-from rag_pg import RagPG, Settings, checkpoints
+from rag_pg import RagPG, Settings
 from rag_pg.cli._common import Context
+from rag_pg.store import checkpoints
 from rag_pg.testing import faults
 
 from .conftest import run_cli
@@ -193,7 +194,7 @@ def test_stats_never_shows_a_dead_run_as_running(db_url, embed_server, tmp_path)
     killed = run_cli(["ingest", str(corpus)], env=env, cwd=tmp_path, faults=("before_write:1:exit",))
     text = run_cli(["stats"], env=env, cwd=tmp_path)
     assert "last run:        #2 aborted" in text.stdout, text.stdout
-    from rag_pg.locks import LOCK_CLASS, lock_key
+    from rag_pg.store.locks import LOCK_CLASS, lock_key
 
     with psycopg.connect(db_url, autocommit=True) as holder:  # an ingest under way holds the lock
         holder.execute("SELECT pg_advisory_lock(%s, %s)", (LOCK_CLASS, lock_key("ragpg", "default")))

@@ -11,9 +11,9 @@ from pathlib import Path
 import psycopg
 import pytest
 
-from rag_pg import migrate
 from rag_pg.config import DatabaseSettings
 from rag_pg.errors import ConfigError
+from rag_pg.store import migrate
 
 from .conftest import ROOT
 

@@ -25,7 +25,7 @@ def test_wheel_installs_and_inits_outside_the_checkout(empty_db_url, tmp_path):
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
     assert {"rag_pg/migrations/env.py", "rag_pg/migrations/script.py.mako",
-            "rag_pg/migrations/versions/0001_initial.py", "rag_pg/sql/queries.sql",
+            "rag_pg/migrations/versions/0001_initial.py", "rag_pg/store/sql/queries.sql",
             "rag_pg/py.typed"} <= names
     assert not any(name.startswith(("tests/", "examples/")) for name in names)
     venv = tmp_path / "venv"

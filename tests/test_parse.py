@@ -1,4 +1,4 @@
-"""Document building of rag_pg.parse: hash, title priority, newlines, BOM (SPEC §2.2)."""
+"""Document building of rag_pg.source.parse: hash, title priority, newlines, BOM (SPEC §2.2)."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rag_pg.chunk import Chunker
 from rag_pg.errors import DocumentError
 from rag_pg.models import Document
-from rag_pg.parse import normalise_newlines, parse_document
+from rag_pg.source.chunk import Chunker
+from rag_pg.source.parse import normalise_newlines, parse_document
 
 
 def test_whole_document_record() -> None:

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 
 from rag_pg import RagPG, Settings
-from rag_pg.search import Searcher, SearchPlan
+from rag_pg.search.statement import Searcher, SearchPlan
 
 # Siblings that share the prefix's characters and sort next to it in some order: a character
 # below "/" after the prefix ("a-b", "a.md", "a!", "a b"), "0" (the range's end), letters

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from rag_pg.db import PoolSource, has_vector_types, prepare
 from rag_pg.errors import StoreError
+from rag_pg.store.db import PoolSource, has_vector_types, prepare
 
 IDLE = psycopg.pq.TransactionStatus.IDLE
 

@@ -11,13 +11,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rag_pg import hits
-from rag_pg.bm25 import keyword_query
-from rag_pg.fields import stem, stems, title_scores
-from rag_pg.fuse import convex
-from rag_pg.hits import Candidate, shape
-from rag_pg.question import keyword_text
-from rag_pg.search import SearchPlan
+from rag_pg.search import hits
+from rag_pg.search.bm25 import keyword_query
+from rag_pg.search.fields import stem, stems, title_scores
+from rag_pg.search.fuse import convex
+from rag_pg.search.hits import Candidate, shape
+from rag_pg.search.question import keyword_text
+from rag_pg.search.statement import SearchPlan
 
 
 @pytest.mark.parametrize(("question", "expected"), [
@@ -131,7 +131,7 @@ def test_title_scores_are_the_same_bits_whatever_the_string_hashing() -> None:
     title leg's sums over sets of stems must not depend on the order the seed gives them
     (summed in set order, these 39 candidates gave 8 different results for 8 seeds)."""
     script = (
-        "from rag_pg.fields import title_scores\n"
+        "from rag_pg.search.fields import title_scores\n"
         "words = ('sauvegarde restauration complète tester bases postgresql réplication archive'\n"
         "         ' journal point instant serveur').split()\n"
         "titles = {i: [' '.join(w for j, w in enumerate(words) if (i >> (j % 6)) & 1 or j % (i + 2) == 0),\n"

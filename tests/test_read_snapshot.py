@@ -12,8 +12,8 @@ import psycopg
 import pytest
 from psycopg import pq
 
-from rag_pg import tenancy
-from rag_pg.db import PoolSource, read_snapshot
+from rag_pg.store import tenancy
+from rag_pg.store.db import PoolSource, read_snapshot
 
 IDLE, INTRANS = pq.TransactionStatus.IDLE, pq.TransactionStatus.INTRANS
 

@@ -15,8 +15,8 @@ import pytest
 from rag_pg import RagPG, Settings
 from rag_pg.admin.reembed import Reembedder, reembed, target_provider
 from rag_pg.errors import ConfigError, DimensionMismatch, IngestBusy
+from rag_pg.store.vector_index import vector_index_name
 from rag_pg.testing.embedserver import FakeEmbeddingServer
-from rag_pg.vector_index import vector_index_name
 
 from .conftest import run_cli
 from .invariants import violations

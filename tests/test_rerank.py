@@ -12,7 +12,7 @@ import pytest
 from rag_pg import RagPG, Settings
 from rag_pg.config import RerankSettings
 from rag_pg.errors import ConfigError, RerankError
-from rag_pg.rerank import Reranker, band, parse_scores, request_for
+from rag_pg.search.rerank import Reranker, band, parse_scores, request_for
 from rag_pg.testing.rerankserver import FakeRerankServer, fake_score
 
 from .conftest import run_cli

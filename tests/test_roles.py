@@ -14,8 +14,9 @@ import pytest
 from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
-from rag_pg import ConfigError, RagPG, SchemaMissing, Settings, migrate
+from rag_pg import ConfigError, RagPG, SchemaMissing, Settings
 from rag_pg.admin.roles import PUBLISHED_VIEWS, create_reader, normalise_timeout
+from rag_pg.store import migrate
 
 from .conftest import ROOT, run_cli
 

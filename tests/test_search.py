@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from psycopg.rows import scalar_row
 
 from rag_pg import RagPG, Settings
-from rag_pg.db import prepare
 from rag_pg.errors import ConfigError
-from rag_pg.search import Searcher, SearchPlan
+from rag_pg.search.statement import Searcher, SearchPlan
+from rag_pg.store.db import prepare
 
 from .conftest import run_cli
 
@@ -109,7 +109,7 @@ def test_the_cap_applies_after_fusion_and_keeps_each_legs_first_document(rag, db
     so under RRF, whose scores are the legs' ranks (the same, capped or not); the score
     fusions normalise each leg over the candidates it returned, which the cap thins out, so
     there a near tie may turn, and the test asks for the documents, not the order."""
-    from rag_pg.fuse import cap_per_document
+    from rag_pg.search.fuse import cap_per_document
 
     def capped_and_expected(r: RagPG) -> list[Any]:
         uncapped = r.search(query, 60, mode="hybrid")

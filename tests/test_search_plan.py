@@ -13,9 +13,9 @@ import psycopg
 import pytest
 
 from rag_pg import RagPG, Settings
-from rag_pg.db import prepare
 from rag_pg.errors import EmbeddingError, StoreError
-from rag_pg.search import SearchPlan
+from rag_pg.search.statement import SearchPlan
+from rag_pg.store.db import prepare
 from rag_pg.testing.embedserver import FakeEmbeddingServer
 
 from .test_reembed import run_reembed

@@ -8,9 +8,9 @@ import json
 from pathlib import Path
 
 from rag_pg.admin.evaluate import load_questions
-from rag_pg.chunk import Chunker
 from rag_pg.config import Settings
-from rag_pg.parse import parse_document
+from rag_pg.source.chunk import Chunker
+from rag_pg.source.parse import parse_document
 
 SET = Path(__file__).parent / "data" / "real-md-sections"
 FIXTURES = Path(__file__).parent / "fixtures" / "real-md"

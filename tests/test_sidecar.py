@@ -17,14 +17,14 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rag_pg import RagPG, Settings
-from rag_pg.markdown import PARSER_VERSION
 from rag_pg.models import SkippedFile
-from rag_pg.store import Store
+from rag_pg.source.markdown import PARSER_VERSION
+from rag_pg.source.walk import walk
+from rag_pg.store.documents import Store
 from rag_pg.testing.embedserver import FakeEmbeddingServer
 from rag_pg.tree.sidecar import SUFFIX, float_text, parse_sidecar
 from rag_pg.tree.sidecar_export import export_sidecars
 from rag_pg.tree.sidecar_import import import_sidecars
-from rag_pg.walk import walk
 
 from .conftest import drop_database, new_database, run_cli
 from .invariants import dump, violations

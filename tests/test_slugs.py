@@ -17,12 +17,12 @@ from pathlib import Path
 
 import pytest
 
-from rag_pg.chunk import is_mdx
-from rag_pg.frontmatter import split_front_matter
-from rag_pg.markdown.links import check_template, citation_url
-from rag_pg.markdown.outline import Heading, heading_texts, outline
-from rag_pg.markdown.sites import detect_style
-from rag_pg.markdown.slugs import (
+from rag_pg.source.chunk import is_mdx
+from rag_pg.source.frontmatter import split_front_matter
+from rag_pg.source.markdown.links import check_template, citation_url
+from rag_pg.source.markdown.outline import Heading, heading_texts, outline
+from rag_pg.source.markdown.sites import detect_style
+from rag_pg.source.markdown.slugs import (
     assign_anchors,
     check_style,
     github_slug,

@@ -12,8 +12,9 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from rag_pg import RagPG, Settings, migrate
+from rag_pg import RagPG, Settings
 from rag_pg.admin.roles import PUBLISHED_FUNCTIONS, PUBLISHED_VIEWS
+from rag_pg.store import migrate
 
 # The published columns, in order, with their types. Changing one is a breaking change for
 # every dashboard built on it: add columns at the end, in a new migration, and update this.

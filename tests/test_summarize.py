@@ -13,7 +13,7 @@ import pytest
 
 from rag_pg import RagPG, Settings
 from rag_pg.errors import ConfigError, LLMError
-from rag_pg.parse import parse_document
+from rag_pg.source.parse import parse_document
 from rag_pg.testing.chatserver import FakeChatServer, default_reply
 from rag_pg.tree.hierarchy import missing_parents
 from rag_pg.tree.llm import ChatClient

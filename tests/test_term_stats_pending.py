@@ -14,9 +14,10 @@ from pathlib import Path
 
 import psycopg
 
-from rag_pg import RagPG, Settings, checkpoints
+from rag_pg import RagPG, Settings
 from rag_pg.admin.check import check, mark_for_repair
-from rag_pg.search import Searcher, SearchPlan
+from rag_pg.search.statement import Searcher, SearchPlan
+from rag_pg.store import checkpoints
 
 from .conftest import run_cli
 from .test_bm25_pruned import assert_term_stats_hold, both
@@ -150,8 +151,8 @@ def test_an_earlier_versions_schema_is_one_line_run_init(db_url: str, tmp_path: 
     from alembic import command
     from sqlalchemy import create_engine, pool
 
-    from rag_pg import migrate
     from rag_pg.errors import SchemaMissing
+    from rag_pg.store import migrate
 
     tree = write_tree(tmp_path / "tree", 3)
     with RagPG(db_url, Settings().with_overrides(**KEYWORD_ONLY)) as rag:

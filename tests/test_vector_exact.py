@@ -14,7 +14,7 @@ import psycopg
 import pytest
 
 from rag_pg import RagPG, Settings
-from rag_pg.db import prepare
+from rag_pg.store.db import prepare
 
 QUERY = "marmotte hiver sommeil terrier"
 # long.md: more chunks than a capped search fetches per leg (vec_fetch: 4 x the 40 candidates),

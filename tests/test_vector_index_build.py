@@ -6,8 +6,8 @@ import psycopg
 from pgvector.psycopg import register_vector
 
 from rag_pg.config import IndexSettings
-from rag_pg.store import Store
-from rag_pg.vector_index import vector_index_name
+from rag_pg.store.documents import Store
+from rag_pg.store.vector_index import vector_index_name
 
 MODEL = "m-build"
 

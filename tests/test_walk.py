@@ -1,4 +1,4 @@
-"""Walking, governance and root confinement of rag_pg.walk (SPEC §2.1, RELIABILITY E3 E4 E5 G1)."""
+"""Walking, governance and root confinement of rag_pg.source.walk (SPEC §2.1, RELIABILITY E3 E4 E5 G1)."""
 
 from __future__ import annotations
 
@@ -18,11 +18,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rag_pg.confined_read import read_limited
 from rag_pg.errors import ConfigError
 from rag_pg.models import SkippedFile
-from rag_pg.walk import SourceFile, WalkRules, is_markdown_name, walk
-from rag_pg.walk_rules import governance_reason, load_aiignore
+from rag_pg.source.confined_read import read_limited
+from rag_pg.source.rules import governance_reason, load_aiignore
+from rag_pg.source.walk import SourceFile, WalkRules, is_markdown_name, walk
 
 CANARY = "CANARY-4f1d-must-never-be-read"
 

@@ -56,7 +56,7 @@ CHECKS: tuple[tuple[str, str, str], ...] = (
           AND NOT EXISTS (SELECT 1 FROM {s}.reembed_run r WHERE r.collection = d.collection
                           AND v.model IN (r.source_model, r.target_model))
         GROUP BY d.path"""),
-    # A collection whose statistics are pending is not followed by them (rag_pg.term_stats).
+    # A collection whose statistics are pending is not followed by them (rag_pg.store.term_stats).
     # The bounds may be looser than a recount after deletes, never tighter.
     ("term_stat", "a collection's per-term statistics differ from its chunks",
      """WITH followed AS (SELECT c.* FROM {s}.chunk c WHERE NOT EXISTS (

@@ -28,16 +28,16 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from rag_pg import checkpoints
 from rag_pg.admin.reembed_store import ReembedStore
-from rag_pg.chunk import embedding_text
 from rag_pg.config import Settings
-from rag_pg.db import ConnectionSource, prepare
 from rag_pg.embed import embed_all, make_provider, serving
 from rag_pg.embed.base import EmbeddingProvider
 from rag_pg.errors import ConfigError, EmbeddingError, SchemaMissing
-from rag_pg.locks import collection_lock
 from rag_pg.models import Chunk
+from rag_pg.source.chunk import embedding_text
+from rag_pg.store import checkpoints
+from rag_pg.store.db import ConnectionSource, prepare
+from rag_pg.store.locks import collection_lock
 
 ProgressFn = Callable[[str, dict[str, Any]], None]
 MAX_FAILURES_LISTED = 20

@@ -11,7 +11,7 @@ from psycopg.rows import dict_row, scalar_row
 
 from rag_pg.errors import StoreError
 from rag_pg.models import Chunk
-from rag_pg.store import Store
+from rag_pg.store.documents import Store
 
 if TYPE_CHECKING:
     import numpy as np

@@ -136,7 +136,7 @@ def create_reader(
     """
     _check_name(name)
     if tenant is not None:
-        from rag_pg.tenancy import check_tenant
+        from rag_pg.store.tenancy import check_tenant
 
         check_tenant(tenant)
     timeout = normalise_timeout(statement_timeout)

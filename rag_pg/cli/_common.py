@@ -16,12 +16,12 @@ from typing import Any, NoReturn
 import click
 import psycopg
 
-from rag_pg import embedded_pg as embedded
 from rag_pg.api import RagPG
 from rag_pg.config import Settings
-from rag_pg.db import scrub
 from rag_pg.errors import EmbeddingError, RagError
 from rag_pg.models import IngestReport
+from rag_pg.store import embedded
+from rag_pg.store.db import scrub
 
 EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
 

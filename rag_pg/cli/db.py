@@ -6,10 +6,10 @@ from pathlib import Path
 
 import click
 
-from rag_pg import embedded_pg as embedded
 from rag_pg.cli._common import EXIT_OK, EXIT_UNAVAILABLE, Context, emit_json, run_guarded, warn
 from rag_pg.config.sections import listen_address
 from rag_pg.errors import ConfigError
+from rag_pg.store import embedded
 
 
 def _data_dir(obj: Context) -> Path:

@@ -129,7 +129,7 @@ def embed_server(obj: Context, host: str, port: int, token: str | None, force_lo
     def go() -> int:
         try:
             # FastAPI and uvicorn come with the serve extra; the rest of the CLI works without.
-            from rag_pg.embed.server import EmbedServer, ServerLimits
+            from rag_pg.serve.embed_server import EmbedServer, ServerLimits
         except ImportError as exc:
             raise ConfigError(f"embed-server needs the serve extra ({exc.name} is missing):"
                               " pip install 'ragpg[serve]'") from None

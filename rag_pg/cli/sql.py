@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import click
 
-from rag_pg import tenancy as tenancy_lib
 from rag_pg.admin import roles as roles_lib
 from rag_pg.cli._common import EXIT_OK, Context, emit_json, run_guarded
 from rag_pg.config import env_secret
 from rag_pg.errors import ConfigError
+from rag_pg.store import tenancy as tenancy_lib
 
 
 @click.group("roles")

@@ -10,9 +10,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, fields, replace
 
-from rag_pg.egress import EgressPolicy
 from rag_pg.errors import ConfigError
-from rag_pg.fuse import FUSIONS
+
+FUSIONS = ("rrf", "convex", "adaptive")  # how a search fuses its legs' ranks
 
 EMBEDDING_PROVIDERS: tuple[str, ...] = ("http", "openai", "ollama", "local", "none")
 # Keys that shape the whole chain (how texts are split and how long a batch may take): they
@@ -72,7 +72,7 @@ class SourceSettings:
         if self.formats is not None:
             # Checked now, so a format asked for whose library is missing fails at load, with
             # the fix, rather than at the first ingest. The registry imports no converter library.
-            from rag_pg.convert import DEFAULT_REGISTRY
+            from rag_pg.source.convert import DEFAULT_REGISTRY
 
             DEFAULT_REGISTRY.resolve_formats(self.formats)
 
@@ -138,6 +138,8 @@ class EmbeddingSettings:
         # checked as a link of its chain, by the [embedding] that holds it.
         if self.explicit:
             return
+        from rag_pg.embed.egress import EgressPolicy  # the host parser, not the HTTP client
+
         EgressPolicy(self.allowed_hosts)  # refuses an entry that is no host, address or network
         _require([
             (self.batch_tokens <= 0, f"embedding.batch_tokens must be > 0 (got {self.batch_tokens})"),
@@ -207,7 +209,7 @@ class RetrievalSettings:
     candidates: int = 40  # per leg, before fusion
     rrf_k: int = 60
     fusion: str = "adaptive"  # adaptive (convex, each leg weighed per query by its
-    # decisiveness) | convex (normalised leg scores) | rrf (ranks): rag_pg.fuse
+    # decisiveness) | convex (normalised leg scores) | rrf (ranks): rag_pg.search.fuse
     vector_weight: float = 1.0  # weighted RRF: weight / (rrf_k + rank) per leg
     keyword_weight: float = 1.0
     bm25_k1: float = 1.2  # BM25 term-frequency saturation
@@ -296,7 +298,7 @@ class RerankSettings:
 class DatabaseSettings:
     url: str | None = None
     # A streaming replica for the read-only operations (searches, stats, the service's reads);
-    # writes, migrations and the ingest lock stay on `url` (rag_pg.replica).
+    # writes, migrations and the ingest lock stay on `url` (rag_pg.store.replica).
     read_url: str | None = None
     schema: str = "ragpg"
     data_dir: str | None = None  # embedded server's folder; default: the user data folder
@@ -367,7 +369,7 @@ class CitationSettings:
     def __post_init__(self) -> None:
         if self.url is None:
             return
-        from rag_pg.markdown.links import check_template
+        from rag_pg.source.markdown.links import check_template
 
         try:
             check_template(self.url)

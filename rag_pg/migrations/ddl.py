@@ -24,7 +24,7 @@ MIGRATION_LOCK = 0x7267_7067_6D69_6772  # "rgpgmigr"
 
 
 def driver(bind: SAConnection | None = None) -> psycopg.Connection[Any]:
-    """The psycopg connection under Alembic's (the one ``rag_pg.migrate`` handed over)."""
+    """The psycopg connection under Alembic's (the one ``rag_pg.store.migrate`` handed over)."""
     connection = (bind if bind is not None else op.get_bind()).connection.driver_connection
     assert connection is not None
     return connection  # type: ignore[no-any-return]

@@ -31,7 +31,7 @@ def run_migrations_online() -> None:
         return
     url = config.get_main_option("sqlalchemy.url")
     if url is None:
-        raise RuntimeError("ragpg's migrations run on a connection handed over by rag_pg.migrate")
+        raise RuntimeError("ragpg's migrations run on a connection handed over by rag_pg.store.migrate")
     engine = create_engine(url, poolclass=pool.NullPool)
     with engine.begin() as conn:
         _run(conn)

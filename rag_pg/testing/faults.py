@@ -1,7 +1,7 @@
 """Fault injection for crash tests: fail, kill or stall a process at a named checkpoint.
 
 A fault is written ``site:n:mode[:seconds]``: on the n-th pass through ``site``
-(:func:`rag_pg.checkpoints.reach`), ``raise`` raises :class:`InjectedFault`, ``exit`` ends the
+(:func:`rag_pg.store.checkpoints.reach`), ``raise`` raises :class:`InjectedFault`, ``exit`` ends the
 process at once with status 137 (as a SIGKILL would, without cleanup), ``sleep`` stalls for
 ``seconds`` (default one hour) and then goes on.
 
@@ -21,8 +21,8 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from rag_pg import checkpoints
 from rag_pg.cli import main as ragpg_main
+from rag_pg.store import checkpoints
 
 MODES = ("raise", "exit", "sleep")
 

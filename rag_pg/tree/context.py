@@ -5,7 +5,7 @@ The block is: numbered sources, each ``[Source n: "<title> › <section>" — <p
 text, best first; then the instructions (answer only from the sources, cite them as
 ``[Source n]``, say plainly when they do not contain the answer), in French or English;
 then the question. Sources are framed as data: the instructions say never to follow what a
-source says to do, a source holding prompt-injection patterns (``rag_pg.injection``) is
+source says to do, a source holding prompt-injection patterns (``rag_pg.source.injection``) is
 marked in its header or withheld (``[context] flagged``), and the text a model reads has no
 invisible characters, HTML comments or remote images. Templates (``[context] template_fr`` / ``template_en``) replace the
 instructions and layout; they must hold ``$sources`` and ``$question``.
@@ -26,10 +26,10 @@ from pathlib import Path
 from string import Template
 from typing import Any
 
-from rag_pg import injection, language
-from rag_pg.chunk import estimate_tokens
 from rag_pg.errors import ConfigError
 from rag_pg.models import Hit
+from rag_pg.source import injection, language
+from rag_pg.source.chunk import estimate_tokens
 from rag_pg.tree.llm import make_chat_client
 
 TEMPLATES = {
@@ -76,7 +76,7 @@ class Source:
     collection: str
     position: int
     url: str | None = None  # the site's URL, when a [citation] url template is set
-    flags: tuple[str, ...] = ()  # prompt-injection patterns found in it (rag_pg.injection)
+    flags: tuple[str, ...] = ()  # prompt-injection patterns found in it (rag_pg.source.injection)
 
     @property
     def label(self) -> str:

@@ -25,7 +25,7 @@ from psycopg.rows import class_row
 
 from rag_pg.errors import ConfigError, SidecarError
 from rag_pg.models import FailedDocument
-from rag_pg.store import Store
+from rag_pg.store.documents import Store
 from rag_pg.tree.sidecar import render, sidecar_path, write_atomic
 
 HEADING_SEPARATOR = " > "

@@ -24,15 +24,15 @@ from typing import Any
 
 import psycopg
 
-from rag_pg import language
 from rag_pg.errors import ConfigError, DimensionMismatch, SidecarError, StoreError
-from rag_pg.locks import collection_lock
-from rag_pg.markdown.sites import detect_style
 from rag_pg.models import Chunk, Document, FailedDocument, IngestReport, SkippedFile
-from rag_pg.parse import parse_document
-from rag_pg.store import PreparedDocument, Store, fingerprint
+from rag_pg.source import language
+from rag_pg.source.markdown.sites import detect_style
+from rag_pg.source.parse import parse_document
+from rag_pg.source.walk import VCS_DIRECTORIES, WalkRules, is_markdown_name, walk
+from rag_pg.store.documents import PreparedDocument, Store, fingerprint
+from rag_pg.store.locks import collection_lock
 from rag_pg.tree.sidecar import SUFFIX, Sidecar, parse_sidecar, read_manifest, sidecar_path
-from rag_pg.walk import VCS_DIRECTORIES, WalkRules, is_markdown_name, walk
 
 
 def _chunks_for(document: Document, sidecar: Sidecar) -> list[Chunk]:

@@ -34,7 +34,7 @@ from typing import Any
 
 from rag_pg.errors import ConfigError, LLMError
 from rag_pg.models import FailedDocument
-from rag_pg.parse import parse_document
+from rag_pg.source.parse import parse_document
 from rag_pg.tree.context import resolve_lang
 from rag_pg.tree.sidecar import write_atomic
 

@@ -18,7 +18,8 @@ from typing import Any
 import psycopg
 import pytest
 
-from rag_pg import RagPG, Settings, migrate
+from rag_pg import RagPG, Settings
+from rag_pg.store import migrate
 
 from ..conftest import run_cli
 from ..invariants import dump, violations

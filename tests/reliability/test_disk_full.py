@@ -16,7 +16,7 @@ from typing import Any
 import psycopg
 import pytest
 
-from rag_pg import migrate
+from rag_pg.store import migrate
 
 from ..conftest import drop_database, new_database, run_cli
 from ..invariants import dump, violations

@@ -12,9 +12,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from rag_pg import RagPG, Settings, injection
-from rag_pg.chunk import Chunker
-from rag_pg.parse import parse_document
+from rag_pg import RagPG, Settings
+from rag_pg.source import injection
+from rag_pg.source.chunk import Chunker
+from rag_pg.source.parse import parse_document
 from rag_pg.tree.context import build_context
 
 DATA = Path(__file__).resolve().parents[1] / "data"

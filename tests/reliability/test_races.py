@@ -10,7 +10,7 @@ from typing import Any
 
 import psycopg
 
-from rag_pg.locks import LOCK_CLASS, lock_key
+from rag_pg.store.locks import LOCK_CLASS, lock_key
 
 from ..conftest import drop_database, new_database, run_cli
 from ..invariants import dump, violations

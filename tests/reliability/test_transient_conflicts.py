@@ -13,8 +13,9 @@ from typing import Any
 import psycopg
 import pytest
 
-from rag_pg import RagPG, Settings, checkpoints, db
-from rag_pg.retry import TransientRetry
+from rag_pg import RagPG, Settings
+from rag_pg.store import checkpoints, db
+from rag_pg.store.retry import TransientRetry
 
 from ..conftest import drop_database, new_database
 from ..invariants import dump, violations

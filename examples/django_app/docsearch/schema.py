@@ -14,7 +14,7 @@ from typing import Any
 
 import psycopg
 
-from rag_pg import migrate
+from rag_pg.store import migrate
 
 from .engine import ragpg_settings
 

@@ -2,10 +2,10 @@
 
 The first version ranked with ``ts_rank``: the same words gave different top hits in SQL and
 through ``ragpg search --mode keyword``. This body is the search statement's keyword leg
-(``search_keyword_leg`` in rag_pg/sql/search.sql: per-configuration terms, document
+(``search_keyword_leg`` in rag_pg/store/sql/search.sql: per-configuration terms, document
 frequencies counted over the matching chunks, N and average length from ``document``) with
 the default parameters k1 = 1.2, b = 0.75, and the query split into words as
-``rag_pg.bm25.keyword_query`` splits it: runs of letters and digits (every space, control
+``rag_pg.search.bm25.keyword_query`` splits it: runs of letters and digits (every space, control
 character, ASCII punctuation, ``_`` and the usual Unicode punctuation ends a word), the first
 256 words scored (repeats weigh), the first 64 distinct ones quoted and OR-ed for the GIN
 prefilter. The separators are listed rather than taken from ``[[:alnum:]]``, whose meaning

@@ -10,7 +10,7 @@ login may see in this transaction, empty when it has no tenant (fail closed). It
 its owner's rights so that no reader needs to read the two tables (they would tell every
 tenant's collections), and it keys on ``session_user``, the login, which a SECURITY DEFINER
 function (``keyword_search``) or a view does not change. The policies themselves are
-installed by ``ragpg tenancy enable`` (rag_pg.tenancy), not here: an index without tenancy
+installed by ``ragpg tenancy enable`` (rag_pg.store.tenancy), not here: an index without tenancy
 keeps plain tables.
 
 Revision ID: 0010
@@ -18,8 +18,8 @@ Revises: 0009
 Create Date: 2026-12-01
 """
 
-from rag_pg import tenancy
 from rag_pg.migrations import ddl
+from rag_pg.store import tenancy
 
 revision = "0010"
 down_revision = "0009"

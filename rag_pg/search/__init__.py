@@ -1,0 +1,1 @@
+"""A question -> hits: plan, statement, BM25, fusion, shaping, rerank, locate."""

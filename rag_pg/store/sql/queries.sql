@@ -1,0 +1,216 @@
+-- The store's SQL (ingest writes, runs, statistics, documents), loaded by name
+-- (rag_pg/store/queries.py); the search's is in search.sql, re-embedding's in reembed.sql.
+-- {schema} is an identifier bound by psycopg.sql; everything else is a named parameter.
+
+-- name: document_states
+SELECT path, content_hash, fingerprint, chunk_count, embed
+FROM {schema}.document
+WHERE collection = %(collection)s;
+
+-- name: collection_get
+SELECT name, model, dimension FROM {schema}.collection WHERE name = %(collection)s;
+
+-- name: collection_upsert
+INSERT INTO {schema}.collection (name, model, dimension)
+VALUES (%(collection)s, %(model)s, %(dimension)s)
+ON CONFLICT (name) DO UPDATE
+SET model = EXCLUDED.model, dimension = EXCLUDED.dimension, updated_at = now();
+
+-- name: document_upsert
+INSERT INTO {schema}.document AS d
+    (collection, path, title, content_hash, front_matter, parent_path, level, node_type,
+     embed, language, fingerprint, chunk_count, token_count, source_root, indexed_at)
+VALUES
+    (%(collection)s, %(path)s, %(title)s, %(content_hash)s, %(front_matter)s, %(parent_path)s,
+     %(level)s, %(node_type)s, %(embed)s, %(language)s, %(fingerprint)s, %(chunk_count)s,
+     %(token_count)s, %(source_root)s, now())
+ON CONFLICT (collection, path) DO UPDATE SET
+    title = EXCLUDED.title, content_hash = EXCLUDED.content_hash,
+    front_matter = EXCLUDED.front_matter, parent_path = EXCLUDED.parent_path,
+    level = EXCLUDED.level, node_type = EXCLUDED.node_type, embed = EXCLUDED.embed,
+    language = EXCLUDED.language, fingerprint = EXCLUDED.fingerprint,
+    chunk_count = EXCLUDED.chunk_count, token_count = EXCLUDED.token_count,
+    source_root = EXCLUDED.source_root, indexed_at = now()
+RETURNING id;
+
+-- name: chunks_delete_for_documents
+DELETE FROM {schema}.chunk WHERE collection = %(collection)s AND document_id = ANY(%(ids)s);
+
+-- name: chunk_ids_allocate
+SELECT nextval(pg_get_serial_sequence(%(table)s, 'id')) FROM generate_series(1, %(n)s);
+
+-- name: chunk_copy
+COPY {schema}.chunk
+    (id, document_id, collection, position, section, anchor, content, token_count, content_hash,
+     ts_config, line_start, line_end)
+FROM STDIN;
+
+-- name: vector_copy
+COPY {schema}.chunk_vector (chunk_id, collection, model, embedding) FROM STDIN (FORMAT BINARY);
+
+-- Under row-level security PostgreSQL refuses COPY into the table itself: the rows go to a
+-- temporary table of the same columns, then in by one INSERT that the policies check.
+-- name: chunk_stage_create
+CREATE TEMPORARY TABLE IF NOT EXISTS ragpg_chunk_stage ON COMMIT DROP AS
+SELECT id, document_id, collection, position, section, anchor, content, token_count, content_hash,
+       ts_config, line_start, line_end
+FROM {schema}.chunk WITH NO DATA;
+
+-- name: chunk_stage_copy
+COPY pg_temp.ragpg_chunk_stage
+    (id, document_id, collection, position, section, anchor, content, token_count, content_hash,
+     ts_config, line_start, line_end)
+FROM STDIN;
+
+-- name: chunk_stage_insert
+INSERT INTO {schema}.chunk
+    (id, document_id, collection, position, section, anchor, content, token_count, content_hash,
+     ts_config, line_start, line_end)
+SELECT id, document_id, collection, position, section, anchor, content, token_count, content_hash,
+       ts_config, line_start, line_end
+FROM pg_temp.ragpg_chunk_stage;
+
+-- name: chunk_stage_clear
+DELETE FROM pg_temp.ragpg_chunk_stage;
+
+-- name: vector_stage_create
+CREATE TEMPORARY TABLE IF NOT EXISTS ragpg_vector_stage ON COMMIT DROP AS
+SELECT chunk_id, collection, model, embedding FROM {schema}.chunk_vector WITH NO DATA;
+
+-- name: vector_stage_copy
+COPY pg_temp.ragpg_vector_stage (chunk_id, collection, model, embedding) FROM STDIN (FORMAT BINARY);
+
+-- name: vector_stage_insert
+INSERT INTO {schema}.chunk_vector (chunk_id, collection, model, embedding)
+SELECT chunk_id, collection, model, embedding FROM pg_temp.ragpg_vector_stage;
+
+-- name: vector_stage_clear
+DELETE FROM pg_temp.ragpg_vector_stage;
+
+-- The term statistics of a first load (see migration 0014): the collection is marked pending
+-- before its first chunk is written, so that the triggers leave its chunks out, and rebuilt
+-- from its chunks in one transaction at the end of the load.
+-- name: term_stats_pending
+SELECT coalesce((SELECT term_stat_pending FROM {schema}.collection WHERE name = %(collection)s),
+                false) AS pending;
+
+-- name: term_stats_defer
+INSERT INTO {schema}.collection (name, term_stat_pending) VALUES (%(collection)s, true)
+ON CONFLICT (name) DO UPDATE SET term_stat_pending = true;
+
+-- name: term_stats_memory
+-- The count's hash table holds one entry per distinct lexeme: in memory, not spilled to disk in
+-- batches (the server's 4 MB default holds about 40,000). Raised for this transaction only,
+-- never lowered.
+SELECT set_config('work_mem', '64MB', true)
+WHERE pg_size_bytes('64MB') > pg_size_bytes(current_setting('work_mem'));
+
+-- name: term_stats_drop
+DELETE FROM {schema}.term_stat WHERE collection = %(collection)s;
+
+-- name: chunk_stats_drop
+DELETE FROM {schema}.chunk_stat WHERE collection = %(collection)s;
+
+-- name: term_stats_count
+INSERT INTO {schema}.term_stat (collection, ts_config, lexeme, df, max_tf, min_dl)
+SELECT c.collection, c.ts_config, u.lexeme, count(*), max(cardinality(u.positions)),
+       min(c.token_count)
+FROM {schema}.chunk c CROSS JOIN LATERAL unnest(c.tsv) AS u
+WHERE c.collection = %(collection)s
+GROUP BY 1, 2, 3
+ORDER BY 1, 2, 3;
+
+-- name: chunk_stats_count
+INSERT INTO {schema}.chunk_stat (collection, ts_config, chunks, tokens)
+SELECT c.collection, c.ts_config, count(*), sum(c.token_count)
+FROM {schema}.chunk c WHERE c.collection = %(collection)s
+GROUP BY 1, 2;
+
+-- name: term_stats_resume
+UPDATE {schema}.collection SET term_stat_pending = false WHERE name = %(collection)s;
+
+-- name: documents_prune
+DELETE FROM {schema}.document
+WHERE collection = %(collection)s AND path = ANY(%(paths)s)
+RETURNING path, chunk_count;
+
+-- name: run_start
+INSERT INTO {schema}.ingest_run (source_root, collection, mode, status, model, pid)
+VALUES (%(source_root)s, %(collection)s, %(mode)s, 'running', %(model)s, pg_backend_pid())
+RETURNING id;
+
+-- name: analyze_tables
+-- After a bulk load: fresh planner statistics (see Store.refresh_statistics).
+ANALYZE {schema}.document, {schema}.chunk, {schema}.chunk_vector;
+
+-- name: run_finish
+UPDATE {schema}.ingest_run SET
+    finished_at = now(), status = %(status)s,
+    documents_seen = %(documents_seen)s, documents_indexed = %(documents_indexed)s,
+    documents_skipped = %(documents_skipped)s, documents_failed = %(documents_failed)s,
+    documents_deleted = %(documents_deleted)s, chunks_upserted = %(chunks_upserted)s,
+    chunks_unchanged = %(chunks_unchanged)s, chunks_deleted = %(chunks_deleted)s,
+    embedding_calls = %(embedding_calls)s, tokens_embedded = %(tokens_embedded)s,
+    errors = %(errors)s
+WHERE id = %(id)s;
+
+-- name: stats_totals
+SELECT
+    (SELECT count(*) FROM {schema}.document WHERE collection = %(collection)s) AS documents,
+    (SELECT count(*) FROM {schema}.chunk WHERE collection = %(collection)s) AS chunks,
+    (SELECT max(indexed_at) FROM {schema}.document WHERE collection = %(collection)s) AS last_indexed_at;
+
+-- name: stats_models
+SELECT model, max(vector_dims(embedding)) AS dimension, count(*) AS vectors
+FROM {schema}.chunk_vector WHERE collection = %(collection)s
+GROUP BY model ORDER BY model;
+
+-- name: stats_collections
+SELECT c.name, c.model, c.dimension, count(d.id) AS documents
+FROM {schema}.collection c LEFT JOIN {schema}.document d ON d.collection = c.name
+GROUP BY c.name, c.model, c.dimension ORDER BY c.name;
+
+-- name: stats_last_run
+SELECT id, started_at, finished_at, status, documents_seen, documents_indexed, documents_failed
+FROM {schema}.ingest_run WHERE collection = %(collection)s ORDER BY id DESC LIMIT 1;
+
+-- name: has_vectors
+SELECT EXISTS (
+    SELECT 1 FROM {schema}.chunk_vector WHERE collection = %(collection)s AND model = %(model)s
+);
+
+-- name: search_document_roots
+SELECT path, source_root FROM {schema}.document WHERE collection = %(collection)s
+
+-- name: eval_run_insert
+INSERT INTO {schema}.eval_run
+    (started_at, finished_at, questions_file, questions_sha256, question_count, collection,
+     root, k, modes, metrics, settings)
+VALUES (%(started_at)s, now(), %(questions_file)s, %(questions_sha256)s, %(question_count)s,
+        %(collection)s, %(root)s, %(k)s, %(modes)s, %(metrics)s, %(settings)s)
+RETURNING id
+
+-- name: document_by_path
+SELECT id, collection, path, title, content_hash, front_matter, parent_path, level, node_type,
+       embed, language, chunk_count, token_count, indexed_at
+FROM {schema}.document WHERE collection = %(collection)s AND path = %(path)s;
+
+-- name: document_by_id
+SELECT id, collection, path, title, content_hash, front_matter, parent_path, level, node_type,
+       embed, language, chunk_count, token_count, indexed_at
+FROM {schema}.document WHERE id = %(id)s;
+
+-- name: document_chunks
+SELECT id, position, section, anchor, content, token_count, content_hash
+FROM {schema}.chunk WHERE document_id = %(document_id)s ORDER BY position;
+
+-- name: collection_exists
+-- A collection exists once an ingest recorded it or wrote a document into it.
+SELECT EXISTS (SELECT 1 FROM {schema}.collection WHERE name = %(collection)s)
+    OR EXISTS (SELECT 1 FROM {schema}.document WHERE collection = %(collection)s) AS found;
+
+-- name: collection_names
+SELECT name FROM {schema}.collection
+UNION
+SELECT DISTINCT collection FROM {schema}.document
+ORDER BY 1;
