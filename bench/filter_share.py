@@ -46,7 +46,8 @@ def main() -> None:
     ap.add_argument("--ef-search", default="40", help="comma-separated")
     ap.add_argument("--candidates", type=int, default=40)
     a = ap.parse_args()
-    from rag_pg.search.statement import Searcher, SearchPlan
+    from rag_pg.search.plan import SearchPlan
+    from rag_pg.search.statement import Searcher
     from rag_pg.store.db import prepare
 
     conn = psycopg.connect(a.db, autocommit=True)

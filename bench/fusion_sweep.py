@@ -24,8 +24,8 @@ from typing import Any
 
 from rag_pg.admin.evaluate import file_level, load_questions, mean, metrics, relative_to
 from rag_pg.search.hits import Candidate, shape
+from rag_pg.search.plan import SearchPlan
 from rag_pg.search.question import keyword_text
-from rag_pg.search.statement import SearchPlan
 
 DEPTH = 40  # each leg's list, as retrieval.candidates gives the hybrid statement
 
@@ -73,7 +73,8 @@ def _phrases(rag: Any, text: str, ids: list[int]) -> dict[int, tuple[list[str], 
     from psycopg import sql
 
     from rag_pg.search.bm25 import keyword_query
-    from rag_pg.search.statement import LANGUAGES, phrase_windows
+    from rag_pg.search.plan import phrase_windows
+    from rag_pg.search.statement import LANGUAGES
 
     q = rag.searcher.q
     statement = sql.SQL("WITH {} SELECT c.id, {} FROM {}.chunk c WHERE c.id = ANY(%(ids)s)").format(

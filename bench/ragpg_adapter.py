@@ -219,7 +219,7 @@ def cmd_query(a: Any) -> None:
     effective_ef = getattr(settings.retrieval, "ef_search",
                            getattr(settings.retrieval, "hnsw_ef_search", None))
     if effective_ef is None:
-        from rag_pg.search.statement import SearchPlan
+        from rag_pg.search.plan import SearchPlan
 
         default = {f.name: f.default for f in dataclasses.fields(SearchPlan)}.get("ef_search")
         # ragpg runs max(ef_search, candidates, k)

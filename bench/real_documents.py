@@ -30,10 +30,18 @@ from pathlib import Path
 
 from rag_pg.models import SkippedFile
 from rag_pg.source.chunk import Chunker, is_mdx
-from rag_pg.source.markdown.checks import DIRTY_TITLE, balanced, mid_line_fences, scaffolding_only
 from rag_pg.source.markdown.outline import Heading, outline
 from rag_pg.source.parse import parse_document
 from rag_pg.source.walk import WalkRules, walk
+
+# The chunk checks are the tests' own (tests/markdown_checks.py), so both judge chunks alike.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.markdown_checks import (  # noqa: E402
+    DIRTY_TITLE,
+    balanced,
+    mid_line_fences,
+    scaffolding_only,
+)
 
 HERE = Path(__file__).resolve().parent
 MDX_SCRIPT = HERE / "mdx_heading_ids.mjs"

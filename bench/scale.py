@@ -194,7 +194,8 @@ def recall(got: list[list[int]], truth: list[set[int]]) -> float:
 def run_queries(conn: Any, a: argparse.Namespace, schema: str, x: np.ndarray,
                 in_filter: np.ndarray) -> list[dict[str, Any]]:
     from rag_pg.config import RetrievalSettings
-    from rag_pg.search.statement import Searcher, SearchPlan
+    from rag_pg.search.plan import SearchPlan
+    from rag_pg.search.statement import Searcher
 
     searcher = Searcher(schema)
     qrng = np.random.default_rng(a.seed + 1)

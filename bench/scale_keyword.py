@@ -126,7 +126,8 @@ def pct(xs: list[float], p: float) -> float:
 
 def keyword_runs(conn: Any, a: Any, schema: str, texts: list[str]) -> list[dict[str, Any]]:
     """p50/p95 of the pruned and exhaustive keyword legs, and whether their lists agree."""
-    from rag_pg.search.statement import Searcher, SearchPlan
+    from rag_pg.search.plan import SearchPlan
+    from rag_pg.search.statement import Searcher
 
     searcher = Searcher(schema)
 

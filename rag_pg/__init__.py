@@ -10,8 +10,9 @@ Library use::
             print(hit.path, hit.chunk.anchor, hit.score)
 """
 
-from rag_pg.api import RagPG
+from rag_pg.api import RagPG, upgrade_schema
 from rag_pg.config import Settings
+from rag_pg.embed import make_provider
 from rag_pg.embed.base import EmbeddingProvider, ProviderUnavailable
 from rag_pg.errors import (
     CollectionNotFound,
@@ -23,6 +24,7 @@ from rag_pg.errors import (
     ExtensionUnavailable,
     IngestBusy,
     LLMError,
+    NoVectors,
     RagError,
     RerankError,
     SchemaMissing,
@@ -41,7 +43,7 @@ from rag_pg.models import (
     Stats,
 )
 from rag_pg.search.locate import LegPosition, Location
-from rag_pg.search.statement import Expansion, Mode
+from rag_pg.search.plan import Expansion, Mode
 from rag_pg.source.convert.base import ConversionError
 from rag_pg.store.db import Database
 
@@ -71,6 +73,7 @@ __all__ = [
     "Location",
     "Mode",
     "ModelVectors",
+    "NoVectors",
     "ProviderUnavailable",
     "RagError",
     "RagPG",
@@ -82,4 +85,6 @@ __all__ = [
     "Stats",
     "StoreError",
     "__version__",
+    "make_provider",
+    "upgrade_schema",
 ]

@@ -15,27 +15,33 @@ from psycopg.rows import scalar_row
 from rag_pg.config import Settings
 from rag_pg.embed import make_provider
 from rag_pg.embed.base import EmbeddingProvider
-from rag_pg.errors import ConfigError, ExtensionUnavailable, RagError, SchemaMissing, StoreError
+from rag_pg.errors import (
+    ConfigError,
+    ExtensionUnavailable,
+    NoVectors,
+    RagError,
+    SchemaMissing,
+)
 from rag_pg.ingest.run import Ingestor, ProgressFn
-from rag_pg.models import DocumentRecord, Hit, IngestReport, Stats, with_citation_urls
+from rag_pg.models import DocumentRecord, Hit, IngestReport, Stats
 from rag_pg.search.bm25 import BM25Params
-from rag_pg.search.hits import Candidate, shape
+from rag_pg.search.hits import Candidate, shape, with_citation_urls
 from rag_pg.search.locate import DEFAULT_DEPTH as LOCATE_DEPTH
 from rag_pg.search.locate import Location, locate_target
-from rag_pg.search.query_vectors import QueryVectors
-from rag_pg.search.question import keyword_text
-from rag_pg.search.rerank import Reranker
-from rag_pg.search.statement import (
+from rag_pg.search.plan import (
     MODES,
     CollectionInfo,
     Expansion,
     Mode,
-    Searcher,
     SearchPlan,
     same_plan,
     settle,
     unfiltered,
 )
+from rag_pg.search.query_vectors import QueryVectors
+from rag_pg.search.question import keyword_text
+from rag_pg.search.rerank import Reranker
+from rag_pg.search.statement import Searcher
 from rag_pg.store import records, replica, tenancy
 from rag_pg.store.db import (
     ConnectionSource,
@@ -49,6 +55,17 @@ from rag_pg.store.documents import Store
 from rag_pg.store.locks import lock_free
 from rag_pg.store.runs import abort_stale_runs
 from rag_pg.store.vector_index import vector_kind
+
+
+def upgrade_schema(conn: psycopg.Connection[Any], schema: str = "ragpg") -> str:
+    """Create or upgrade ragpg's schema on the caller's connection (``alembic upgrade head``,
+    with Alembic's version table in ``schema``), inside the caller's transaction when one is
+    open: a web framework's migration runs it in its own. Returns the revision."""
+    # Alembic + SQLAlchemy take ~0.5 s to import: only a schema upgrade needs them.
+    from rag_pg.store import migrate
+
+    migrate.upgrade(conn, schema)
+    return migrate.current_revision(conn, schema) or ""
 
 
 class RagPG:
@@ -115,14 +132,11 @@ class RagPG:
 
     def init(self) -> str:
         """Create or upgrade the schema (``alembic upgrade head``); returns the revision."""
-        # Alembic + SQLAlchemy take ~0.5 s to import: only `init` needs them
-        from rag_pg.store import migrate
-
         with self.source.connection() as conn:
-            migrate.upgrade(conn, self.settings.database.schema)
+            revision = upgrade_schema(conn, self.settings.database.schema)
             if self.settings.tenancy.enabled:
                 tenancy.enable(conn, self.settings.database.schema)
-            return migrate.current_revision(conn, self.settings.database.schema) or ""
+            return revision
 
     def _checked(self, conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
         with conn.transaction(), conn.cursor(row_factory=scalar_row) as cur:
@@ -295,7 +309,7 @@ class RagPG:
         nothing can match (a query without a word to match, in keyword mode)."""
         if info.model is None:
             if mode == "vector":
-                raise StoreError(f"collection {collection!r} has no vectors: use keyword mode")
+                raise NoVectors.in_collection(collection)
             mode = "keyword"
         qvec = None
         if mode in ("hybrid", "vector") and info.model is not None:
@@ -349,7 +363,9 @@ class RagPG:
         """Why ``target`` (``path`` or ``path#anchor``) is, or is not, among the hits of
         ``query``: its rank and raw score in each retriever's list and in the fused one, down
         to ``depth``, or why it is absent (a filter removed it, no match, ranked deeper)."""
-        return locate_target(self, query, target, mode=mode, collection=collection,
+        return locate_target(self.search, lambda path, name: self.get_document(path, collection=name),
+                             query, target, mode=mode,
+                             collection=collection or self.settings.collection,
                              path_prefix=path_prefix, filters=filters, level=level,
                              node_type=node_type, depth=depth)
 

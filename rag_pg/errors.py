@@ -111,6 +111,15 @@ class DatabaseTimeout(StoreError):
     and its connection closed."""
 
 
+class NoVectors(StoreError):
+    """A vector search on a collection that holds no vectors (indexed without a model): only
+    keyword search can answer it."""
+
+    @classmethod
+    def in_collection(cls, collection: str) -> NoVectors:
+        return cls(f"collection {collection!r} has no vectors: use keyword mode")
+
+
 class IngestBusy(StoreError):
     """Another ingest of the same collection holds the advisory lock."""
 

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
-
-from rag_pg.source import injection
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +95,10 @@ class Hit:
     extra: dict[str, Any] = field(default_factory=dict)
     # The site's URL of the passage, from the [citation] url template (None without one).
     url: str | None = None
+    #: What the passage holds that is written to steer a model reading it (prompt injection:
+    #: ``instruction_override``, ``role_tag``, ``hidden_comment``...), as the search found it;
+    #: empty for ordinary text. Read it before handing the passage to a model.
+    flags: tuple[str, ...] = ()
 
     @property
     def path(self) -> str:
@@ -115,13 +117,6 @@ class Hit:
         whatever fused or reranked them since."""
         return {leg: self.scores[leg] for leg in ("vector", "keyword", "title", "phrase")
                 if leg in self.scores}
-
-    @property
-    def flags(self) -> tuple[str, ...]:
-        """What the passage holds that is written to steer a model reading it (prompt
-        injection: ``instruction_override``, ``role_tag``, ``hidden_comment``...); empty for
-        ordinary text. Read it before handing the passage to a model."""
-        return injection.scan(self.chunk.content)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON shape of a hit (``ragpg search --json``, HTTP API, MCP)."""
@@ -147,16 +142,6 @@ class Hit:
         }
         data.update(self.extra)
         return data
-
-
-def with_citation_urls(hits: list[Hit], template: str | None) -> list[Hit]:
-    """The hits with their site URL filled from the ``[citation] url`` template (checked when
-    the settings were built); unchanged without one."""
-    if template is None:
-        return hits
-    from rag_pg.source.markdown.links import citation_url
-
-    return [replace(hit, url=citation_url(template, hit.path, hit.chunk.anchor)) for hit in hits]
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,9 @@ from hypothesis import strategies as st
 
 from rag_pg import RagPG, Settings
 from rag_pg.admin.evaluate import load_questions, mean, metrics
-from rag_pg.search.bm25 import BM25Params, keyword_query, rank, score
+from rag_pg.search.bm25 import BM25Params, keyword_query
+
+from .bm25_reference import rank, score
 
 DATA = Path(__file__).parent / "data" / "tldr-fr-mini"
 LANGS = ("french", "english", "simple")
@@ -51,7 +53,7 @@ CORPUS = {
 
 
 def reference_scores(db_url: str, query: str, params: BM25Params) -> dict[int, float]:
-    """The Python formula (rag_pg.search.bm25.score) fed with the stored tsvectors' counts."""
+    """The Python formula (tests/bm25_reference.score) fed with the stored tsvectors' counts."""
     text = keyword_query(query).text
     with psycopg.connect(db_url) as conn:
         chunks = conn.execute(

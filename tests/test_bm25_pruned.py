@@ -25,9 +25,12 @@ from hypothesis import strategies as st
 from rag_pg import RagPG, Settings
 from rag_pg.admin.evaluate import load_questions
 from rag_pg.models import Chunk, Document
-from rag_pg.search.bm25 import BM25Params, score, term_bound
-from rag_pg.search.statement import Searcher, SearchPlan
+from rag_pg.search.bm25 import BM25Params
+from rag_pg.search.plan import SearchPlan
+from rag_pg.search.statement import Searcher
 from rag_pg.store.documents import PreparedDocument, Store
+
+from .bm25_reference import score, term_bound
 
 DATA = Path(__file__).parent / "data" / "tldr-fr-mini"
 # Frequent words repeated, so that drawn texts follow a skewed (Zipf-like) distribution;

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from click.testing import CliRunner
 
-from rag_pg.models import Chunk, Hit, with_citation_urls
-from rag_pg.source.markdown.links import citation_url
+from rag_pg.config.citation import citation_url
+from rag_pg.models import Chunk, Hit
+from rag_pg.search.hits import with_citation_urls
 from rag_pg.tree.context import assemble
 
 

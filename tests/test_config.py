@@ -163,7 +163,6 @@ def test_markdown_and_document_settings_come_from_the_environment():
     ({"chunk.size": 4, "chunk.overlap": 1, "chunk.max_tokens": 6}, ">= 8"),
     ({"source.anchor_style": "hugo"}, "source.anchor_style must be one of"),
     ({"citation.url": "https://x/{slug}"}, r"citation.url: .*unknown field \{slug\}"),
-    ({"source.formats": ["odt"]}, "no converter reads 'odt'"),
     ({"convert.time_limit": 0}, "convert.time_limit must be > 0"),
     ({"convert.memory_limit_mb": -1}, "convert.memory_limit_mb must be > 0"),
     ({"source.max_document_bytes": 0}, "source.max_document_bytes must be > 0"),

@@ -15,8 +15,9 @@ from psycopg import sql
 
 from rag_pg import RagPG, Settings
 from rag_pg.config import IndexSettings
+from rag_pg.search.plan import CollectionInfo, SearchPlan
 from rag_pg.search.query_vectors import QueryVectors
-from rag_pg.search.statement import CollectionInfo, Searcher, SearchPlan
+from rag_pg.search.statement import Searcher
 from rag_pg.store.documents import Store
 
 MODEL, DIM, PER_DOC = "m3", 3, 10

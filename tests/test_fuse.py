@@ -54,7 +54,7 @@ def test_weights_and_ties():
 
 from rag_pg.search.fuse import cap_per_document  # noqa: E402
 from rag_pg.search.hits import Candidate, fuse, merge_chunks  # noqa: E402
-from rag_pg.search.statement import SearchPlan  # noqa: E402
+from rag_pg.search.plan import SearchPlan  # noqa: E402
 
 weights = st.floats(0, 5, allow_nan=False)
 

@@ -11,7 +11,7 @@ from rag_pg.config.sections import RetrievalSettings
 from rag_pg.errors import ConfigError
 from rag_pg.search.fuse import adaptive, convex, decisiveness
 from rag_pg.search.hits import Candidate, fuse
-from rag_pg.search.statement import SearchPlan
+from rag_pg.search.plan import SearchPlan
 from tests.test_fuse import grid, legs, positive_grid
 
 values = st.lists(st.floats(-50, 50, allow_nan=False, allow_infinity=False), max_size=30)

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 from psycopg import sql
 
-from rag_pg.search.statement import Searcher, SearchPlan
+from rag_pg.search.plan import SearchPlan
+from rag_pg.search.statement import Searcher
 
 GOLDEN = Path(__file__).parent / "golden_sql"
 UPDATE = os.environ.get("RAGPG_UPDATE_GOLDEN") == "1"

@@ -12,20 +12,38 @@ import pytest
 
 from rag_pg import RagPG, Settings
 from rag_pg.errors import SchemaMissing
-from rag_pg.models import IngestReport
-from rag_pg.tree.hierarchy import (
+from rag_pg.ingest.parents import (
     MISSING_PARENT,
-    Node,
-    build_tree,
-    check_parents,
-    missing_parents,
+    missing_parent_message,
     record_missing_parents,
-    render,
-    subtree,
 )
+from rag_pg.models import FailedDocument, IngestReport
+from rag_pg.store.parents import missing_parents
+from rag_pg.tree.hierarchy import Node, build_tree, render, subtree
 
 from .conftest import run_cli
 from .invariants import violations
+
+
+def check_parents(rag: Any, report: IngestReport) -> int:
+    """Post-ingest validation for callers of ``RagPG.ingest``: the report's root only.
+
+    Idempotent: a link the ingest itself already reported is not added twice. Returns the
+    number of broken links found.
+    """
+    with rag.source.connection() as conn:
+        broken = missing_parents(
+            conn, rag.settings.database.schema, report.collection, source_root=report.source_root
+        )
+    known = {f.path for f in report.failures if f.kind == MISSING_PARENT}
+    for path, parent in broken:
+        if path not in known:
+            report.failures.append(
+                FailedDocument(path=path, error=missing_parent_message(parent, report.collection),
+                               kind=MISSING_PARENT)
+            )
+    return len(broken)
+
 
 BOOK = Path(__file__).parent / "data" / "book"
 W = "essai-phares"

@@ -124,8 +124,11 @@ def test_formats_narrow_what_is_read(db_url, embed_server, tree):
     assert set(stored(db_url)) == {"notes.md"}
 
 
-def test_formats_are_checked_when_the_settings_are_built():
-    with pytest.raises(ConfigError, match="no converter reads 'odt'"):
-        Settings.load(environ={"RAGPG_SOURCE_FORMATS": "md,odt"})
+def test_an_unknown_format_stops_the_run_before_any_file_is_read(db_url, embed_server, tree):
+    # The settings hold the list as written; the run resolves it against the converters.
     settings = Settings.load(environ={"RAGPG_SOURCE_FORMATS": "md, pdf"})
     assert settings.source.formats == ("md", "pdf")
+    with make_rag(db_url, embed_server, **{"source.formats": ["md", "odt"]}) as rag:
+        with pytest.raises(ConfigError, match="no converter reads 'odt'"):
+            rag.ingest(tree)
+    assert stored(db_url) == {}

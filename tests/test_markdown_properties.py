@@ -22,8 +22,9 @@ from rag_pg.models import Document
 from rag_pg.source.chunk import CHARS_PER_TOKEN_CAP, Chunker
 from rag_pg.source.markdown import dialects
 from rag_pg.source.markdown import outline as outline_module
-from rag_pg.source.markdown.checks import DIRTY_TITLE, balanced, mid_line_fences, prose_lines
 from rag_pg.source.markdown.dialects import markdown_parser
+
+from .markdown_checks import DIRTY_TITLE, balanced, mid_line_fences, prose_lines
 
 PROPERTIES = settings(max_examples=80, deadline=None)
 FILLER = ["alpha", "beta", "gamma", "déjà", "日本", "x-y", "42", "été", "z_z"]

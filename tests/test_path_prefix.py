@@ -12,7 +12,8 @@ import psycopg
 import pytest
 
 from rag_pg import RagPG, Settings
-from rag_pg.search.statement import Searcher, SearchPlan
+from rag_pg.search.plan import SearchPlan
+from rag_pg.search.statement import Searcher
 
 # Siblings that share the prefix's characters and sort next to it in some order: a character
 # below "/" after the prefix ("a-b", "a.md", "a!", "a b"), "0" (the range's end), letters

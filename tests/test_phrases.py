@@ -11,7 +11,7 @@ from rag_pg import RagPG, Settings
 from rag_pg.search import hits
 from rag_pg.search.hits import Candidate, shape
 from rag_pg.search.phrases import phrase_scores
-from rag_pg.search.statement import SearchPlan
+from rag_pg.search.plan import SearchPlan
 
 
 def test_a_rare_phrase_weighs_more_and_holding_them_all_alone_scores_one():

@@ -36,6 +36,7 @@ PUBLIC = [
     "Location",
     "Mode",
     "ModelVectors",
+    "NoVectors",
     "ProviderUnavailable",
     "RagError",
     "RagPG",
@@ -47,6 +48,8 @@ PUBLIC = [
     "Stats",
     "StoreError",
     "__version__",
+    "make_provider",
+    "upgrade_schema",
 ]
 
 

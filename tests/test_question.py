@@ -16,8 +16,8 @@ from rag_pg.search.bm25 import keyword_query
 from rag_pg.search.fields import stem, stems, title_scores
 from rag_pg.search.fuse import convex
 from rag_pg.search.hits import Candidate, shape
+from rag_pg.search.plan import SearchPlan
 from rag_pg.search.question import keyword_text
-from rag_pg.search.statement import SearchPlan
 
 
 @pytest.mark.parametrize(("question", "expected"), [

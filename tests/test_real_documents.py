@@ -17,16 +17,17 @@ import pytest
 
 from rag_pg.models import Chunk, SkippedFile
 from rag_pg.source.chunk import Chunker, is_mdx
-from rag_pg.source.markdown.checks import (
+from rag_pg.source.markdown.outline import Heading, outline
+from rag_pg.source.parse import parse_document
+from rag_pg.source.walk import SourceFile, walk
+
+from .markdown_checks import (
     DIRTY_TITLE,
     balanced,
     mid_line_fences,
     prose_lines,
     scaffolding_only,
 )
-from rag_pg.source.markdown.outline import Heading, outline
-from rag_pg.source.parse import parse_document
-from rag_pg.source.walk import SourceFile, walk
 
 TESTS = Path(__file__).resolve().parent
 FIXTURES = TESTS / "fixtures" / "real-md"

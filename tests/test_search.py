@@ -15,7 +15,8 @@ from psycopg.rows import scalar_row
 
 from rag_pg import RagPG, Settings
 from rag_pg.errors import ConfigError
-from rag_pg.search.statement import Searcher, SearchPlan
+from rag_pg.search.plan import SearchPlan
+from rag_pg.search.statement import Searcher
 from rag_pg.store.db import prepare
 
 from .conftest import run_cli

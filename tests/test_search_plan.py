@@ -14,7 +14,7 @@ import pytest
 
 from rag_pg import RagPG, Settings
 from rag_pg.errors import EmbeddingError, StoreError
-from rag_pg.search.statement import SearchPlan
+from rag_pg.search.plan import SearchPlan
 from rag_pg.store.db import prepare
 from rag_pg.testing.embedserver import FakeEmbeddingServer
 

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from rag_pg.config.citation import check_template, citation_url
 from rag_pg.source.chunk import is_mdx
 from rag_pg.source.frontmatter import split_front_matter
-from rag_pg.source.markdown.links import check_template, citation_url
-from rag_pg.source.markdown.outline import Heading, heading_texts, outline
+from rag_pg.source.markdown.outline import Heading, outline
 from rag_pg.source.markdown.sites import detect_style
 from rag_pg.source.markdown.slugs import (
     assign_anchors,
@@ -29,6 +29,8 @@ from rag_pg.source.markdown.slugs import (
     mkdocs_slug,
     vitepress_slug,
 )
+
+from .heading_texts import heading_texts
 
 TESTS = Path(__file__).resolve().parent
 FIXTURES = TESTS / "fixtures"

@@ -14,8 +14,8 @@ import pytest
 from rag_pg import RagPG, Settings
 from rag_pg.errors import ConfigError, LLMError
 from rag_pg.source.parse import parse_document
+from rag_pg.store.parents import missing_parents
 from rag_pg.testing.chatserver import FakeChatServer, default_reply
-from rag_pg.tree.hierarchy import missing_parents
 from rag_pg.tree.llm import ChatClient
 from rag_pg.tree.summarize import summarize
 

@@ -16,7 +16,8 @@ import psycopg
 
 from rag_pg import RagPG, Settings
 from rag_pg.admin.check import check, mark_for_repair
-from rag_pg.search.statement import Searcher, SearchPlan
+from rag_pg.search.plan import SearchPlan
+from rag_pg.search.statement import Searcher
 from rag_pg.store import checkpoints
 
 from .conftest import run_cli

@@ -9,7 +9,7 @@ import click
 
 from rag_pg.cli._common import EXIT_OK, Context, emit_json, run_guarded
 from rag_pg.models import Hit
-from rag_pg.search.statement import Expansion, Mode
+from rag_pg.search.plan import Expansion, Mode
 
 
 @click.command()

@@ -10,6 +10,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field, fields, replace
 
+from rag_pg.config.citation import check_template
+from rag_pg.config.egress import EgressPolicy
 from rag_pg.errors import ConfigError
 
 FUSIONS = ("rrf", "convex", "adaptive")  # how a search fuses its legs' ranks
@@ -69,12 +71,8 @@ class SourceSettings:
             (self.anchor_style not in ANCHOR_STYLES,
              f"source.anchor_style must be one of {', '.join(ANCHOR_STYLES)} (got {self.anchor_style!r})"),
         ])
-        if self.formats is not None:
-            # Checked now, so a format asked for whose library is missing fails at load, with
-            # the fix, rather than at the first ingest. The registry imports no converter library.
-            from rag_pg.source.convert import DEFAULT_REGISTRY
-
-            DEFAULT_REGISTRY.resolve_formats(self.formats)
+        # source.formats is resolved against the installed converters when a run starts,
+        # before any file is read (a format whose library is missing is one line there).
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,8 +136,6 @@ class EmbeddingSettings:
         # checked as a link of its chain, by the [embedding] that holds it.
         if self.explicit:
             return
-        from rag_pg.embed.egress import EgressPolicy  # the host parser, not the HTTP client
-
         EgressPolicy(self.allowed_hosts)  # refuses an entry that is no host, address or network
         _require([
             (self.batch_tokens <= 0, f"embedding.batch_tokens must be > 0 (got {self.batch_tokens})"),
@@ -369,8 +365,6 @@ class CitationSettings:
     def __post_init__(self) -> None:
         if self.url is None:
             return
-        from rag_pg.source.markdown.links import check_template
-
         try:
             check_template(self.url)
         except ValueError as error:

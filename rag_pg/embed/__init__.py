@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from rag_pg.config import EMBEDDING_PROVIDERS, EmbeddingSettings
+from rag_pg.config.egress import EgressPolicy
 from rag_pg.config.loader import environment
 from rag_pg.embed.base import (
     EMBED_TYPES,
@@ -17,7 +18,6 @@ from rag_pg.embed.base import (
 )
 from rag_pg.embed.batching import embed_all, plan_batches
 from rag_pg.embed.chain import ChainUnavailable, EmbeddingChain, serving
-from rag_pg.embed.egress import EgressPolicy
 from rag_pg.embed.http import HttpEmbeddingProvider
 from rag_pg.embed.local import LOCAL_DIMENSION, LOCAL_MODEL, LocalEmbeddingProvider
 from rag_pg.embed.none import NoneEmbeddingProvider

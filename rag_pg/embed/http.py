@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
+from rag_pg.config.egress import EgressPolicy
 from rag_pg.embed.base import EmbedType, check_request, type_name, validate_vectors
-from rag_pg.embed.egress import EgressPolicy
 from rag_pg.embed.transport import (
     DEFAULT_MAX_RESPONSE_BYTES,
     JsonService,

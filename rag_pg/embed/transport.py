@@ -13,8 +13,8 @@ from typing import Any
 
 import httpx
 
+from rag_pg.config.egress import EgressPolicy, EgressRefused, IPAddress, Resolver, system_resolver
 from rag_pg.embed.base import ProviderUnavailable, time_left
-from rag_pg.embed.egress import EgressPolicy, EgressRefused, IPAddress, Resolver, system_resolver
 from rag_pg.errors import ConfigError, EmbeddingError
 
 DEFAULT_MAX_RESPONSE_BYTES = 64 * 1024 * 1024
@@ -113,7 +113,7 @@ class JsonService:
 
     One ``httpx.Client`` serves all calls (kept-alive pooled connections, thread-safe, so
     several batches can be in flight); it is opened on the first call and closed by
-    :meth:`close`. It connects only where ``egress`` allows (``rag_pg.embed.egress``: never a
+    :meth:`close`. It connects only where ``egress`` allows (``rag_pg.config.egress``: never a
     metadata or link-local address, the address checked is the one connected to). Redirects
     are never followed, the environment's proxies and netrc are ignored, and the response body is streamed under a size cap and the call's deadline, so
     a hostile or broken service can neither exhaust memory nor hang an ingest. Credentials

@@ -23,7 +23,7 @@ import psycopg
 from rag_pg.config import Settings
 from rag_pg.embed.base import EmbeddingProvider
 from rag_pg.errors import ConfigError, DocumentError, RagError
-from rag_pg.ingest import reuse
+from rag_pg.ingest import parents, reuse
 from rag_pg.ingest.embed_groups import EmbeddedGroup, GroupEmbedder
 from rag_pg.ingest.failures import first_line, raise_if_lost
 from rag_pg.ingest.prepare import Failed, Preparer, Unchanged, read_ahead
@@ -37,7 +37,6 @@ from rag_pg.store.db import ConnectionSource
 from rag_pg.store.documents import PreparedDocument, Store
 from rag_pg.store.locks import collection_lock
 from rag_pg.store.runs import abort_stale_runs
-from rag_pg.tree import hierarchy
 
 WRITE_GROUP_DOCUMENTS = 64  # documents per write transaction (each document stays atomic)
 # Files that are no document (not_markdown) or of a format not read are all counted in
@@ -171,7 +170,7 @@ class Ingestor:
                     else:
                         report.documents_deleted = len(gone)
                 if not dry_run:
-                    hierarchy.record_missing_parents(conn, self.store.schema, collection, report, seen)
+                    parents.record_missing_parents(conn, self.store.schema, collection, report, seen)
                 status = "partial" if report.failures else "completed"
             except (KeyboardInterrupt, SystemExit):
                 status = "aborted"  # interrupted or terminated: the run stopped, nothing failed

@@ -4,16 +4,18 @@ per-document cap, neighbour windows and parent/children expansion. Pure Python, 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
+from rag_pg.config.citation import citation_url
 from rag_pg.models import Chunk, Hit
 from rag_pg.search.fields import title_scores
 from rag_pg.search.fuse import adaptive_weights, cap_per_document, convex_parts, ordered, rrf_parts
 from rag_pg.search.phrases import phrase_scores
+from rag_pg.source import injection
 
 if TYPE_CHECKING:
-    from rag_pg.search.statement import SearchPlan
+    from rag_pg.search.plan import SearchPlan
 
 Reranker = Callable[[list[Hit]], list[Hit]]
 
@@ -203,7 +205,16 @@ def hit_of(r: Ranked) -> Hit:
         content_hash=c.content_hash, line_start=c.line_start, line_end=c.line_end,
     )
     return Hit(chunk=chunk, score=float(r.score), collection=c.collection, document_id=c.document_id,
-               chunk_id=c.chunk_id, ranks=r.ranks, scores=r.scores, parts=r.parts)
+               chunk_id=c.chunk_id, ranks=r.ranks, scores=r.scores, parts=r.parts,
+               flags=injection.scan(c.content))
+
+
+def with_citation_urls(hits: list[Hit], template: str | None) -> list[Hit]:
+    """The hits with their site URL filled from the ``[citation] url`` template (checked when
+    the settings were built); unchanged without one."""
+    if template is None:
+        return hits
+    return [replace(hit, url=citation_url(template, hit.path, hit.chunk.anchor)) for hit in hits]
 
 
 def merge_chunks(chunks: Sequence[Mapping[str, Any]]) -> str:

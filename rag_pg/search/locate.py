@@ -7,20 +7,21 @@ find it. The per-document cap is left out: it would hide the target's other pass
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
-from rag_pg.errors import StoreError
-from rag_pg.models import Hit
-from rag_pg.search.statement import Mode
-
-if TYPE_CHECKING:
-    from rag_pg.api import RagPG
+from rag_pg.errors import NoVectors
+from rag_pg.models import DocumentRecord, Hit
+from rag_pg.search.plan import Mode
 
 DEFAULT_DEPTH = 200
 Reason = Literal["found", "filtered", "not_matched", "too_deep", "no_vectors"]
 LEGS: tuple[Mode, ...] = ("vector", "keyword")
+#: A search as :meth:`RagPG.search` runs it (query, k, mode, collection, filters, rerank).
+Search = Callable[..., list[Hit]]
+#: A stored document by path in a collection, or None.
+FindDocument = Callable[[str, str], DocumentRecord | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,18 +80,16 @@ def position(hits: Sequence[Hit], path: str, anchor: str | None,
 
 
 def locate_target(
-    rag: RagPG, query: str, target: str, *, mode: Mode | None = None,
-    collection: str | None = None, path_prefix: str | None = None,
+    search: Search, find_document: FindDocument, query: str, target: str, *, collection: str, mode: Mode | None = None, path_prefix: str | None = None,
     filters: Mapping[str, Any] | None = None, level: int | None = None,
     node_type: str | None = None, depth: int = DEFAULT_DEPTH,
 ) -> Location:
     """:meth:`RagPG.locate`: the target in each leg's list and in the fused one."""
     path, anchor = split_target(target)
-    collection = collection or rag.settings.collection
     where: dict[str, Any] = {"path_prefix": path_prefix, "filters": filters or None,
                              "level": level, "node_type": node_type}
     filtered = any(v is not None for v in where.values())
-    document = rag.get_document(path, collection=collection) if path else None
+    document = find_document(path, collection) if path else None
     exists = document is not None and (
         anchor is None or any(c.anchor == anchor for c in document.chunks))
     answer = Location(query=query, target=target, path=path, anchor=anchor, collection=collection,
@@ -101,7 +100,7 @@ def locate_target(
 
     def run(leg: Mode, with_filters: bool) -> list[Hit]:
         scope = where if with_filters else {}
-        return rag.search(query, depth, mode=leg, collection=collection, rerank=False, **scope)
+        return search(query, depth, mode=leg, collection=collection, rerank=False, **scope)
 
     legs: dict[str, LegPosition] = {}
     for leg in LEGS:
@@ -109,9 +108,7 @@ def locate_target(
             continue
         try:
             listed = run(leg, True)
-        except StoreError as exc:
-            if "has no vectors" not in str(exc):
-                raise
+        except NoVectors:
             legs[leg] = LegPosition(None, "no_vectors")
             continue
         found = position(listed, path, anchor, leg)

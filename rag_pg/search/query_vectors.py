@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from rag_pg.embed import serving
 from rag_pg.embed.base import EmbeddingProvider
 from rag_pg.errors import EmbeddingError, StoreError
-from rag_pg.search.statement import CollectionInfo
+from rag_pg.search.plan import CollectionInfo
 
 if TYPE_CHECKING:
     import numpy as np

@@ -15,9 +15,10 @@ import base64
 import json
 import sys
 import threading
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, TypeVar
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -29,10 +30,40 @@ from rag_pg.embed.base import EmbedType, check_request
 from rag_pg.errors import EmbeddingError
 from rag_pg.source.chunk import estimate_tokens
 
-if TYPE_CHECKING:
-    from rag_pg.serve.embed_server import EmbedServer
-
 T = TypeVar("T")
+
+#: OpenAI takes up to 2,048 inputs per request, and clients batch to that (LangChain: 1,000).
+DEFAULT_MAX_TEXTS = 2048
+DEFAULT_MAX_REQUEST_BYTES = 16 * 1024 * 1024
+
+
+@dataclass
+class ServerLimits:
+    max_texts: int = DEFAULT_MAX_TEXTS
+    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
+    concurrency: int = 4  # model calls at once
+    queue_timeout: float = 30.0  # seconds a request waits for a model slot before 503
+    max_waiting: int = 32  # requests waiting for a slot beyond which the next gets 503 at once
+    idle_timeout: float = 30.0  # seconds a keep-alive connection may stay silent
+    grace: float = 1.0  # seconds requests in flight may take to finish once a stop is asked
+
+
+class EmbedServer(Protocol):
+    """What the HTTP app asks of the service it serves (``embed_server.EmbedServer``)."""
+
+    model: str
+    dimension: int
+    default_type: EmbedType
+    verbose: bool
+    limits: ServerLimits
+
+    def admit(self) -> bool: ...
+    def release(self) -> None: ...
+    def embed(self, type: EmbedType, texts: Sequence[str]) -> npt.NDArray[np.float32]: ...
+    def cached_health(self) -> dict[str, Any] | None: ...
+    def health(self) -> dict[str, Any]: ...
+    def authorised(self, header: str | None) -> bool: ...
+
 
 _INPUT_TYPES: dict[str, EmbedType] = {
     "query": "query", "search_query": "query",

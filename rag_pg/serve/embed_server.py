@@ -24,7 +24,6 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -34,27 +33,13 @@ import uvicorn
 from rag_pg.embed.base import EmbeddingProvider, EmbedType
 from rag_pg.embed.cache import VectorCache
 from rag_pg.errors import ConfigError
-from rag_pg.serve.embed_app import HttpProblem, busy, create_app
+from rag_pg.serve.embed_app import HttpProblem, ServerLimits, busy, create_app
 from rag_pg.serve.listen import listen
 
 __all__ = ["EmbedServer", "HttpProblem", "ServerLimits", "VectorCache", "is_loopback"]
 
-#: OpenAI takes up to 2,048 inputs per request, and clients batch to that (LangChain: 1,000).
-DEFAULT_MAX_TEXTS = 2048
-DEFAULT_MAX_REQUEST_BYTES = 16 * 1024 * 1024
 DEFAULT_CACHE_SIZE = 10_000
 _HEALTH_TTL = 5.0
-
-
-@dataclass
-class ServerLimits:
-    max_texts: int = DEFAULT_MAX_TEXTS
-    max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES
-    concurrency: int = 4  # model calls at once
-    queue_timeout: float = 30.0  # seconds a request waits for a model slot before 503
-    max_waiting: int = 32  # requests waiting for a slot beyond which the next gets 503 at once
-    idle_timeout: float = 30.0  # seconds a keep-alive connection may stay silent
-    grace: float = 1.0  # seconds requests in flight may take to finish once a stop is asked
 
 
 def is_loopback(host: str) -> bool:

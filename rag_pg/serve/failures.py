@@ -25,6 +25,7 @@ from rag_pg.errors import (
     CollectionNotFound,
     ConfigError,
     EmbeddingError,
+    NoVectors,
     SchemaMissing,
     StoreError,
 )
@@ -67,9 +68,8 @@ def classify(exc: BaseException, secrets: Secrets | None = None) -> Failure:
         return Failure(422, "invalid_request", msg(exc))
     if isinstance(exc, SchemaMissing):
         return Failure(503, "not_initialised", msg(exc))
-    if isinstance(exc, StoreError) and "has no vectors" in str(exc):
-        # api.search raises a plain StoreError for "vector mode on a collection without
-        # vectors": the request cannot succeed as sent, so it is the caller's 422.
+    if isinstance(exc, NoVectors):
+        # Vector mode on a collection without vectors: the request cannot succeed as sent.
         return Failure(422, "invalid_request", msg(exc))
     if isinstance(exc, StoreError):
         return Failure(503, "database_unavailable", msg(exc))

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rag_pg.config import Settings
 from rag_pg.errors import ConfigError
-from rag_pg.search.statement import Expansion, Mode
+from rag_pg.search.plan import Expansion, Mode
 from rag_pg.serve import catalog
 from rag_pg.serve.gate import Busy, ModelGate
 

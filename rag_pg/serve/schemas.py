@@ -39,10 +39,6 @@ class HitOut(BaseModel):
     lines: list[int] | None = Field(None, description="First and last line of the file (1-based, inclusive) the passage was read from; null if not known.")
 
 
-class SearchOut(BaseModel):
-    hits: list[HitOut] = Field(description="Best first.")
-
-
 class ChunkOut(BaseModel):
     id: int
     position: int

@@ -10,7 +10,7 @@ chapter's text because its summary is missing would punish the wrong file.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,21 +19,11 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import class_row, dict_row
 
-from rag_pg.models import FailedDocument, IngestReport
-
-MISSING_PARENT = "missing_parent"
+from rag_pg.ingest.parents import MISSING_PARENT
 
 _NODES = sql.SQL(
     "SELECT path, title, parent_path, level, node_type, embed, chunk_count, token_count"
     " FROM {schema}.document WHERE collection = %(collection)s ORDER BY path"
-)
-_MISSING = sql.SQL(
-    "SELECT d.path, d.parent_path FROM {schema}.document d"
-    " WHERE d.collection = %(collection)s AND d.parent_path IS NOT NULL"
-    " AND (%(source_root)s::text IS NULL OR d.source_root = %(source_root)s)"
-    " AND NOT EXISTS (SELECT 1 FROM {schema}.document p"
-    "                 WHERE p.collection = d.collection AND p.path = d.parent_path)"
-    " ORDER BY d.path"
 )
 
 
@@ -83,80 +73,6 @@ class Tree:
             "roots": [r.to_dict() for r in self.roots],
             "problems": list(self.problems),
         }
-
-
-def missing_parent_message(parent: str, collection: str) -> str:
-    return (
-        f"parent_source_file {parent!r} is not indexed in collection {collection!r}"
-        " (the path is relative to the ingest root; the document itself was indexed)"
-    )
-
-
-def missing_parents(
-    conn: psycopg.Connection[Any],
-    schema: str,
-    collection: str,
-    *,
-    paths: Collection[str] | None = None,
-    source_root: str | None = None,
-) -> list[tuple[str, str]]:
-    """``(path, parent)`` of each document whose parent is not in the collection.
-
-    ``paths`` limits the children checked (an ingest passes the files it saw, so another
-    root's orphans are not blamed on this run); ``source_root`` does the same by root.
-    """
-    with conn.cursor(row_factory=dict_row) as cur:
-        rows = cur.execute(
-            _MISSING.format(schema=sql.Identifier(schema)),
-            {"collection": collection, "source_root": source_root},
-        ).fetchall()
-    found = [(str(r["path"]), str(r["parent_path"])) for r in rows]
-    if paths is not None:
-        wanted = set(paths)
-        found = [item for item in found if item[0] in wanted]
-    return found
-
-
-def record_missing_parents(
-    conn: psycopg.Connection[Any],
-    schema: str,
-    collection: str,
-    report: IngestReport,
-    paths: Collection[str] | None = None,
-) -> int:
-    """Add one ``missing_parent`` failure per broken link to ``report``; returns how many.
-
-    ``documents_failed`` is not incremented: the document was indexed (it is counted in
-    ``documents_indexed`` or ``documents_skipped``), only its link is wrong. A non-empty
-    ``failures`` list still makes the run ``partial`` and the CLI exit 1.
-    """
-    broken = missing_parents(conn, schema, collection, paths=paths)
-    for path, parent in broken:
-        report.failures.append(
-            FailedDocument(path=path, error=missing_parent_message(parent, collection),
-                           kind=MISSING_PARENT)
-        )
-    return len(broken)
-
-
-def check_parents(rag: Any, report: IngestReport) -> int:
-    """Post-ingest validation for callers of ``RagPG.ingest``: the report's root only.
-
-    Idempotent: a link the ingest itself already reported is not added twice. Returns the
-    number of broken links found.
-    """
-    with rag.source.connection() as conn:
-        broken = missing_parents(
-            conn, rag.settings.database.schema, report.collection, source_root=report.source_root
-        )
-    known = {f.path for f in report.failures if f.kind == MISSING_PARENT}
-    for path, parent in broken:
-        if path not in known:
-            report.failures.append(
-                FailedDocument(path=path, error=missing_parent_message(parent, report.collection),
-                               kind=MISSING_PARENT)
-            )
-    return len(broken)
 
 
 def load_nodes(conn: psycopg.Connection[Any], schema: str, collection: str) -> list[Node]:

@@ -11,8 +11,8 @@ from collections.abc import Iterator, Sequence
 import pytest
 
 from rag_pg import Settings
+from rag_pg.config.egress import EgressPolicy, EgressRefused
 from rag_pg.embed import HttpEmbeddingProvider, make_provider
-from rag_pg.embed.egress import EgressPolicy, EgressRefused
 from rag_pg.embed.transport import GuardedTransport
 from rag_pg.errors import ConfigError, EmbeddingError
 from rag_pg.testing.embedserver import FakeEmbeddingServer

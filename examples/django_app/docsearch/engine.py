@@ -16,8 +16,7 @@ from typing import Any
 from django.conf import settings
 from django.db import connections
 
-from rag_pg import EmbeddingProvider, RagPG, Settings
-from rag_pg.embed import make_provider
+from rag_pg import EmbeddingProvider, RagPG, Settings, make_provider
 
 _lock = threading.Lock()
 _provider: EmbeddingProvider | None = None

@@ -14,7 +14,7 @@ from typing import Any
 
 import psycopg
 
-from rag_pg.store import migrate
+from rag_pg import upgrade_schema
 
 from .engine import ragpg_settings
 
@@ -28,4 +28,4 @@ def upgrade_ragpg(apps: Any, schema_editor: Any) -> None:
         # Django's atomic block has begun, but psycopg opens the transaction lazily, on the
         # first statement; open it now so that ragpg migrates in a savepoint of it.
         conn.execute("SELECT 1")
-    migrate.upgrade(conn, ragpg_settings().database.schema)
+    upgrade_schema(conn, ragpg_settings().database.schema)

@@ -205,9 +205,6 @@ class ConversionPool:
         worker = self._worker
         return worker.pid if worker is not None else None
 
-    def converter_for(self, name: str) -> Converter | None:
-        return self.registry.for_name(name)
-
     def convert(
         self, data: bytes, name: str, converter: Converter | None = None, *,
         time_limit: float | None = None,

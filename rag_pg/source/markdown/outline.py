@@ -359,26 +359,6 @@ def _parse(body: str, mdx: bool) -> tuple[SyntaxTreeNode, list[str], dict[int, s
     return root, lines, anchors
 
 
-@dataclass(frozen=True, slots=True)
-class HeadingText:
-    """Every heading of a page, at any depth: its explicit id and the text each renderer slugs."""
-
-    level: int
-    explicit: str | None
-    text: str
-    vitepress: str
-
-
-def heading_texts(body: str, mdx: bool = False) -> list[HeadingText]:
-    root, _, anchors_before = _parse(body, mdx)
-    found: list[HeadingText] = []
-    for node in _walk(root):
-        if node.type == "heading":
-            text = _heading_text(node, anchors_before.get(_span(node)[0]))
-            found.append(HeadingText(int(node.tag[1:]), text.explicit, text.text, text.vitepress))
-    return found
-
-
 @lru_cache(maxsize=8)
 def outline(body: str, mdx: bool = False, style: SlugStyle = "github") -> Outline:
     """Cached: parse (for the title) and the chunker read the same page one after the other."""

@@ -1,4 +1,4 @@
-"""A clickable link for a hit: the site's URL of a page section, from a configured template.
+"""A hit's clickable link: the site's URL of a page section, from the configured template.
 
 ``"https://fr.vuejs.org/{path_noext}.html#{anchor}"`` with ``{path}`` (the document's path
 under the root), ``{path_noext}`` (without its extension), ``{anchor}`` and ``{page}`` (the

@@ -1,0 +1,117 @@
+"""The package's shape: its folders are its stages, and imports run one way, down the stages.
+
+Every import counts, at module level or inside a function, typing-only or not: a reader
+follows each of them. A stage imports only the stages below it (and its own modules), and no
+two modules import each other, directly or through others.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent.parent / "rag_pg"
+
+# Lowest first. A module may import the modules of its own stage and of the stages of a lower
+# rank; stages of one rank do not know each other.
+STAGES: dict[str, int] = {
+    "errors": 0,
+    "models": 1,
+    "config": 2,
+    "source": 3,
+    "embed": 4,
+    "store": 5,
+    "migrations": 6,
+    "ingest": 7,
+    "search": 7,
+    "api": 8,
+    "admin": 9,
+    "tree": 9,
+    "serve": 10,
+    "cli": 11,
+    "testing": 12,
+    "__init__": 13,
+    "__main__": 13,
+}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def modules() -> dict[str, Path]:
+    return {module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def imports(name: str, path: Path, known: set[str]) -> Iterator[str]:
+    """The house's modules that ``name`` imports, anywhere in its text."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            yield from (a.name for a in node.names if a.name.startswith("rag_pg"))
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parent = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parent, *([base] if base else [])])
+            if not base.startswith("rag_pg"):
+                continue
+            for alias in node.names:
+                full = f"{base}.{alias.name}"
+                yield full if full in known else base
+
+
+def graph() -> dict[str, set[str]]:
+    found = modules()
+    known = set(found)
+    return {name: {m for m in imports(name, path, known) if m != name and m in known}
+            for name, path in found.items()}
+
+
+def stage(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+def test_every_module_belongs_to_a_stage():
+    assert {m for m in modules() if stage(m) not in STAGES} == set()
+
+
+def test_imports_run_down_the_stages():
+    upward = sorted(
+        f"{m} -> {t}" for m, targets in graph().items() for t in targets
+        if stage(t) != stage(m) and STAGES[stage(t)] >= STAGES[stage(m)]
+        and t != "rag_pg"  # the package itself is only ever read for its version
+    )
+    assert upward == []
+
+
+def test_no_import_circle():
+    edges = graph()
+    state: dict[str, int] = {}
+    circles: list[list[str]] = []
+
+    def visit(node: str, trail: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(edges[node]):
+            if state.get(nxt) == 1:
+                circles.append([*trail[trail.index(nxt):], nxt] if nxt in trail else [node, nxt])
+            elif nxt not in state:
+                visit(nxt, [*trail, nxt])
+        state[node] = 2
+
+    for start in sorted(edges):
+        if start not in state:
+            visit(start, [start])
+    assert circles == []
+
+
+def test_the_graph_sees_the_imports_it_checks():
+    # A mutation check of the reader itself: api imports the store's connections.
+    edges = graph()
+    assert "rag_pg.store.db" in edges["rag_pg.api"]
+    assert "rag_pg.errors" in edges["rag_pg.store.db"]
