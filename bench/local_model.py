@@ -9,7 +9,7 @@
    (``RAGPG_EMBEDDING_PROVIDER=local``) into a fresh database: its wall time, its CPU time
    and its peak RSS (``wait4``'s ``ru_maxrss``: the whole process, model included).
 2. The texts that ingest embedded are read back (title, section, content: the exact
-   ``chunk.embedding_text`` it sent) and embedded again in this process by the same provider
+   ``tokens.embedding_text`` it sent) and embedded again in this process by the same provider
    with the same batches (``embed_all``, ``embedding.batch_size`` / ``batch_tokens``): the
    model's own rate. The ratio ingest / model is what the rest of ingest costs.
 3. Every chunk of ``--window-trees`` (default: both sites of ../shared/data/real-md) (parsed and chunked as ingest does, nothing embedded) is
@@ -144,7 +144,7 @@ def stored_texts(url: str) -> list[str]:
     import psycopg
 
     from rag_pg.models import Chunk
-    from rag_pg.source.chunk import embedding_text
+    from rag_pg.source.tokens import embedding_text
 
     with psycopg.connect(url) as conn:
         rows = conn.execute(
@@ -178,11 +178,12 @@ def windows(trees: list[Path]) -> dict[str, Any]:
     from rag_pg.config import Settings
     from rag_pg.embed.local import LocalEmbeddingProvider
     from rag_pg.models import SkippedFile
-    from rag_pg.source.chunk import Chunker, embedding_text
+    from rag_pg.source.chunk import Chunker
     from rag_pg.source.convert import DEFAULT_REGISTRY
     from rag_pg.source.markdown.sites import detect_style
     from rag_pg.source.parse import parse_document
     from rag_pg.source.token_window import fit
+    from rag_pg.source.tokens import embedding_text
     from rag_pg.source.walk import WalkRules, walk
 
     settings = Settings.load(environ={})

@@ -103,7 +103,7 @@ def main() -> None:
                           json={"texts": [query], "type": "query", "encoding": "base64"})
                 timed("collection read alone", searcher.read_collection, conn, a.collection)
                 plan = rag._plan(query, 10, a.mode, a.collection, info, False, OPTIONS,
-                                 QueryVectors(rag.provider, query))
+                                 QueryVectors(lambda: rag.provider, query))
                 if plan is None:
                     continue
                 pair = [("snapshot, one Sync", one_sync), ("snapshot, four Syncs", four_syncs)]

@@ -10,44 +10,90 @@ Library use::
             print(hit.path, hit.chunk.anchor, hit.score)
 """
 
-from rag_pg.api import RagPG, upgrade_schema
-from rag_pg.config import Settings
-from rag_pg.embed import make_provider
-from rag_pg.embed.base import EmbeddingProvider, ProviderUnavailable
-from rag_pg.errors import (
-    CollectionNotFound,
-    ConfigError,
-    DatabaseTimeout,
-    DimensionMismatch,
-    DocumentError,
-    EmbeddingError,
-    ExtensionUnavailable,
-    IngestBusy,
-    LLMError,
-    NoVectors,
-    RagError,
-    RerankError,
-    SchemaMissing,
-    SidecarError,
-    StoreError,
-)
-from rag_pg.models import (
-    Chunk,
-    ChunkRecord,
-    Document,
-    DocumentRecord,
-    Hit,
-    IngestReport,
-    ModelVectors,
-    RunSummary,
-    Stats,
-)
-from rag_pg.search.locate import LegPosition, Location
-from rag_pg.search.plan import Expansion, Mode
-from rag_pg.source.convert.base import ConversionError
-from rag_pg.store.db import Database
+import importlib as _importlib
+import typing as _typing
+
+# The public names load on first use (PEP 562): `import rag_pg.cli` for `ragpg --help` must not
+# import the database driver, the HTTP client and the parser that RagPG brings.
+if _typing.TYPE_CHECKING:
+    from rag_pg.api import RagPG, upgrade_schema
+    from rag_pg.config import Settings
+    from rag_pg.embed import make_provider
+    from rag_pg.embed.base import EmbeddingProvider, ProviderUnavailable
+    from rag_pg.errors import (
+        CollectionNotFound,
+        ConfigError,
+        DatabaseTimeout,
+        DimensionMismatch,
+        DocumentError,
+        EmbeddingError,
+        ExtensionUnavailable,
+        IngestBusy,
+        LLMError,
+        NoVectors,
+        RagError,
+        RerankError,
+        SchemaMissing,
+        SidecarError,
+        StoreError,
+    )
+    from rag_pg.models import (
+        Chunk,
+        ChunkRecord,
+        Document,
+        DocumentRecord,
+        Hit,
+        IngestReport,
+        ModelVectors,
+        RunSummary,
+        Stats,
+    )
+    from rag_pg.search.locate import LegPosition, Location
+    from rag_pg.search.plan import Expansion, Mode
+    from rag_pg.source.convert.base import ConversionError
+    from rag_pg.store.db import Database
 
 __version__ = "0.1.0"
+
+#: Where each public name is defined.
+_SOURCES: dict[str, str] = {
+    "Chunk": "rag_pg.models",
+    "ChunkRecord": "rag_pg.models",
+    "CollectionNotFound": "rag_pg.errors",
+    "ConfigError": "rag_pg.errors",
+    "ConversionError": "rag_pg.source.convert.base",
+    "Database": "rag_pg.store.db",
+    "DatabaseTimeout": "rag_pg.errors",
+    "DimensionMismatch": "rag_pg.errors",
+    "Document": "rag_pg.models",
+    "DocumentError": "rag_pg.errors",
+    "DocumentRecord": "rag_pg.models",
+    "EmbeddingError": "rag_pg.errors",
+    "EmbeddingProvider": "rag_pg.embed.base",
+    "Expansion": "rag_pg.search.plan",
+    "ExtensionUnavailable": "rag_pg.errors",
+    "Hit": "rag_pg.models",
+    "IngestBusy": "rag_pg.errors",
+    "IngestReport": "rag_pg.models",
+    "LLMError": "rag_pg.errors",
+    "LegPosition": "rag_pg.search.locate",
+    "Location": "rag_pg.search.locate",
+    "Mode": "rag_pg.search.plan",
+    "ModelVectors": "rag_pg.models",
+    "NoVectors": "rag_pg.errors",
+    "ProviderUnavailable": "rag_pg.embed.base",
+    "RagError": "rag_pg.errors",
+    "RagPG": "rag_pg.api",
+    "RerankError": "rag_pg.errors",
+    "RunSummary": "rag_pg.models",
+    "SchemaMissing": "rag_pg.errors",
+    "Settings": "rag_pg.config",
+    "SidecarError": "rag_pg.errors",
+    "Stats": "rag_pg.models",
+    "StoreError": "rag_pg.errors",
+    "make_provider": "rag_pg.embed",
+    "upgrade_schema": "rag_pg.api",
+}
 
 __all__ = [
     "Chunk",
@@ -88,3 +134,16 @@ __all__ = [
     "make_provider",
     "upgrade_schema",
 ]
+
+
+def __getattr__(name: str) -> object:
+    source = _SOURCES.get(name)
+    if source is None:
+        raise AttributeError(f"module 'rag_pg' has no attribute {name!r}")
+    value = getattr(_importlib.import_module(source), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

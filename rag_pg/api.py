@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, nullcontext
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import psycopg
 from psycopg.rows import scalar_row
@@ -22,7 +22,6 @@ from rag_pg.errors import (
     RagError,
     SchemaMissing,
 )
-from rag_pg.ingest.run import Ingestor, ProgressFn
 from rag_pg.models import DocumentRecord, Hit, IngestReport, Stats
 from rag_pg.search.bm25 import BM25Params
 from rag_pg.search.hits import Candidate, shape, with_citation_urls
@@ -55,6 +54,9 @@ from rag_pg.store.documents import Store
 from rag_pg.store.locks import lock_free
 from rag_pg.store.runs import abort_stale_runs
 from rag_pg.store.vector_index import vector_kind
+
+if TYPE_CHECKING:
+    from rag_pg.ingest.run import ProgressFn
 
 
 def upgrade_schema(conn: psycopg.Connection[Any], schema: str = "ragpg") -> str:
@@ -162,6 +164,9 @@ class RagPG:
         ``prune`` deletes the documents whose file is gone, ``full`` re-indexes everything."""
         with self.source.connection() as conn:
             self._checked(conn)
+        # The parser and the converters load with the first ingest, not with every search.
+        from rag_pg.ingest.run import Ingestor
+
         ingestor = Ingestor(self.settings, _Checked(self), self.provider, progress=progress, warn=self.warn)
         try:
             report = ingestor.run(
@@ -233,7 +238,7 @@ class RagPG:
                    "neighbours": neighbours, "expand": expand}
         # The query is embedded before any connection is lent (a slow embedding service
         # never holds a connection, a snapshot or a lock), once for both tries below.
-        vectors = QueryVectors(self.provider, query)
+        vectors = QueryVectors(lambda: self.provider, query)
         expected = (vectors.expect(required=chosen == "vector") if chosen != "keyword"
                     else CollectionInfo.expected(None, None))
         try:

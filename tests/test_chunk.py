@@ -12,17 +12,9 @@ from hypothesis import strategies as st
 
 from rag_pg.errors import ConfigError
 from rag_pg.models import Chunk, Document
-from rag_pg.source.chunk import (
-    Chunker,
-    Section,
-    context_prefix,
-    embedding_text,
-    estimate_tokens,
-    first_h1,
-    slugify,
-    split_sections,
-)
+from rag_pg.source.chunk import Chunker, Section, first_h1, slugify, split_sections
 from rag_pg.source.parse import parse_document
+from rag_pg.source.tokens import context_prefix, embedding_text, estimate_tokens
 
 FAST = settings(max_examples=150, deadline=None)
 

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from rag_pg import RagPG, Settings
 from rag_pg.errors import ConfigError
 from rag_pg.models import Chunk, Hit
-from rag_pg.source.chunk import estimate_tokens
+from rag_pg.source.tokens import estimate_tokens
 from rag_pg.tree.context import assemble, build_context, resolve_lang
 
 from .conftest import run_cli

@@ -16,7 +16,7 @@ from rag_pg import RagPG, Settings
 from rag_pg.embed import embed_all, plan_batches
 from rag_pg.embed.base import EmbedType
 from rag_pg.errors import EmbeddingError
-from rag_pg.source.chunk import estimate_tokens
+from rag_pg.source.tokens import estimate_tokens
 from rag_pg.testing.embedserver import fake_vector
 
 words = st.lists(st.sampled_from(["a", "bb", "ccc dd", "e f g h", "x " * 40]), max_size=60)

@@ -120,7 +120,7 @@ def test_the_settings_share_reaches_the_plan(db_url: str) -> None:
                "max_per_document": None, "neighbours": 0, "expand": None}
     with RagPG(db_url, settings) as rag:
         p = rag._plan("mot", 5, "keyword", "c", info, False, options,
-                      QueryVectors(rag.provider, "mot"))
+                      QueryVectors(lambda: rag.provider, "mot"))
     assert p is not None and (p.exact_limit, p.exact_share) == (7, 0.1)
     with pytest.raises(Exception, match="exact_share must be between 0 and 1"):
         Settings.load(environ={}, overrides={"retrieval.exact_share": 1.5})

@@ -9,7 +9,10 @@ import json
 import subprocess
 import sys
 
-HEAVY = ("alembic", "sqlalchemy", "yaml", "numpy", "rag_pg.source.parse", "rag_pg.store.migrate")
+HEAVY = ("alembic", "sqlalchemy", "yaml", "numpy", "markdown_it", "fastapi", "rag_pg.source.parse",
+         "rag_pg.store.migrate")
+# What a command that only talks (help, a search without embedding) needs none of.
+DRIVERS = ("psycopg", "httpx")
 
 
 def loaded_after(code: str) -> list[str]:
@@ -53,3 +56,36 @@ def test_the_library_and_the_cli_never_load_the_test_helpers():
              "print([m for m in sys.modules if m.startswith('rag_pg.testing')])")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def cli_modules(args: list[str], env: dict[str, str] | None = None) -> set[str]:
+    """The top-level packages a fresh ``ragpg ARGS`` process held when it ended."""
+    probe = ("import sys, json\n"
+             f"sys.argv = ['ragpg', *{args!r}]\n"
+             "from rag_pg.cli import main\n"
+             "try:\n    main()\nexcept SystemExit:\n    pass\n"
+             "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules} | set(sys.modules))))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                         env=env)
+    return set(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def test_help_loads_no_driver_client_or_parser():
+    for args in (["--help"], ["search", "--help"], ["ingest", "--help"], ["serve", "--help"]):
+        loaded = cli_modules(args)
+        assert [m for m in (*HEAVY, *DRIVERS, "rag_pg.api") if m in loaded] == [], args
+
+
+def test_a_keyword_search_loads_no_parser_http_client_or_numpy(db_url, embed_server, corpus):
+    import os
+
+    from rag_pg import RagPG, Settings
+
+    overrides = {"embedding.provider": "http", "embedding.url": embed_server.url}
+    with RagPG(db_url, Settings.load(environ={}, overrides=overrides)) as rag:
+        rag.init()
+        assert rag.ingest(corpus).documents_indexed > 0
+    env = {**os.environ, "RAGPG_DATABASE_URL": db_url, "RAGPG_EMBEDDING_URL": embed_server.url}
+    loaded = cli_modules(["search", "sauvegarde", "--mode", "keyword", "--json"], env=env)
+    assert "psycopg" in loaded  # it did search
+    assert [m for m in (*HEAVY, "httpx") if m in loaded] == []

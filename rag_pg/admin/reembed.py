@@ -34,7 +34,7 @@ from rag_pg.embed import embed_all, make_provider, serving
 from rag_pg.embed.base import EmbeddingProvider
 from rag_pg.errors import ConfigError, EmbeddingError, SchemaMissing
 from rag_pg.models import Chunk
-from rag_pg.source.chunk import embedding_text
+from rag_pg.source.tokens import embedding_text
 from rag_pg.store import checkpoints
 from rag_pg.store.db import ConnectionSource, prepare
 from rag_pg.store.locks import collection_lock

@@ -36,7 +36,7 @@ class ReembedStore(Store):
         """The next ``limit`` chunks (by id, after ``after``) lacking a vector of ``model``.
 
         Rebuilt as :class:`Chunk` from the stored rows (title, section, content), so the text
-        embedded is exactly what ingest embedded (``chunk.embedding_text``): no re-parse.
+        embedded is exactly what ingest embedded (``tokens.embedding_text``): no re-parse.
         """
         with conn.cursor(row_factory=dict_row) as cur:
             rows = cur.execute(

@@ -35,6 +35,8 @@ from psycopg import sql
 from psycopg.rows import dict_row, scalar_row
 
 from rag_pg.config import check_identifier
+from rag_pg.config.sections import READER_CONNECTION_LIMIT as DEFAULT_CONNECTION_LIMIT
+from rag_pg.config.sections import READER_STATEMENT_TIMEOUT as DEFAULT_STATEMENT_TIMEOUT
 from rag_pg.errors import ConfigError, SchemaMissing, StoreError
 
 PUBLISHED_VIEWS: tuple[str, ...] = ("documents_v", "chunks_v", "ingest_runs_v", "corpus_stats_v")
@@ -47,8 +49,6 @@ PUBLISHED_FUNCTIONS: tuple[tuple[str, str], ...] = (
 """Functions a reader may EXECUTE, as (name, argument types): ``tenant_collections()`` is what
 the tenant policies call (migration 0010), so every role reading under tenancy needs it."""
 
-DEFAULT_STATEMENT_TIMEOUT = "30s"
-DEFAULT_CONNECTION_LIMIT = 10
 
 # Advisory-lock key (one bigint, a space apart from ingest's two-int keys): two concurrent
 # create-reader runs for one name would otherwise race on CREATE ROLE.

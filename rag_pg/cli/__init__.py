@@ -9,7 +9,6 @@ import signal
 import sys
 
 import click
-import psycopg
 
 from rag_pg.cli import db, embeddings, index, retrieval, search, service, sql, tree
 from rag_pg.cli._common import (
@@ -17,6 +16,7 @@ from rag_pg.cli._common import (
     EXIT_USAGE,
     Context,
     Terminated,
+    connection_error,
     connection_lost,
     fail,
     on_sigterm,
@@ -71,7 +71,9 @@ def main() -> None:
         fail(str(exc), EXIT_USAGE)
     except StoreError as exc:
         fail(str(exc), EXIT_UNAVAILABLE)
-    except psycopg.OperationalError as exc:
+    except Exception as exc:
+        if not connection_error(exc):
+            raise
         fail(connection_lost(exc), EXIT_UNAVAILABLE)
 
 

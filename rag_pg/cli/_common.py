@@ -11,17 +11,16 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import click
-import psycopg
 
-from rag_pg.api import RagPG
 from rag_pg.config import Settings
 from rag_pg.errors import EmbeddingError, RagError
 from rag_pg.models import IngestReport
-from rag_pg.store import embedded
-from rag_pg.store.db import scrub
+
+if TYPE_CHECKING:
+    from rag_pg.api import RagPG
 
 EXIT_OK, EXIT_PARTIAL, EXIT_USAGE, EXIT_UNAVAILABLE = 0, 1, 2, 3
 
@@ -60,6 +59,10 @@ class Context:
 
     def rag(self, *, announce: bool = True) -> RagPG:
         if self._rag is None:
+            # The library and the database driver load with the first command that needs them.
+            from rag_pg.api import RagPG
+            from rag_pg.store import embedded
+
             settings = self.settings
             url = settings.database.url
             if url is None:
@@ -142,18 +145,28 @@ def run_guarded(fn: Callable[[], int | None]) -> None:
         code = fn()
     except RagError as exc:
         fail(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__, _exit_code(exc))
-    except psycopg.OperationalError as exc:
-        # The server went away under a call no layer below turned into a StoreError (a
-        # migration, a schema check): still one line, as "unavailable".
-        fail(connection_lost(exc), EXIT_UNAVAILABLE)
     except Terminated:
         fail("terminated (SIGTERM)", EXIT_TERMINATED)
     except KeyboardInterrupt:
         fail("interrupted", 130)
+    except Exception as exc:
+        if not connection_error(exc):
+            raise
+        # The server went away under a call no layer below turned into a StoreError (a
+        # migration, a schema check): still one line, as "unavailable".
+        fail(connection_lost(exc), EXIT_UNAVAILABLE)
     sys.exit(code or 0)
 
 
+def connection_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is psycopg's OperationalError; without psycopg loaded it cannot be."""
+    psycopg = sys.modules.get("psycopg")
+    return psycopg is not None and isinstance(exc, psycopg.OperationalError)
+
+
 def connection_lost(exc: BaseException) -> str:
+    from rag_pg.store.db import scrub
+
     lines = str(exc).strip().splitlines()
     return "database connection lost: " + scrub(lines[0] if lines else type(exc).__name__, "")
 

@@ -13,6 +13,7 @@ from rag_pg.store import embedded
 
 
 def _data_dir(obj: Context) -> Path:
+
     configured = obj.settings.database.data_dir
     return embedded.resolve(Path(configured) if configured else None)
 
@@ -36,6 +37,7 @@ def db() -> None:
 @click.pass_obj
 def start(obj: Context, as_json: bool) -> None:
     """Start the embedded server (creating it the first time); nothing if it already runs."""
+
 
     def go() -> int:
         settings = obj.settings.embedded
@@ -62,6 +64,7 @@ def start(obj: Context, as_json: bool) -> None:
 def stop(obj: Context) -> None:
     """Stop the embedded server (its sessions are ended); nothing if it does not run."""
 
+
     def go() -> int:
         data_dir = _data_dir(obj)
         stopped = embedded.stop_server(data_dir)
@@ -76,6 +79,7 @@ def stop(obj: Context) -> None:
 @click.pass_obj
 def status(obj: Context, as_json: bool) -> None:
     """Whether the embedded server runs, and where; exit 0 if it does, 3 if not."""
+
 
     def go() -> int:
         server = embedded.state(_data_dir(obj))
@@ -100,6 +104,7 @@ def url(obj: Context, user: str) -> None:
 
     libpq reads the password from PGPASSWORD (or ~/.pgpass); a BI tool asks for it apart.
     """
+
 
     def go() -> int:
         settings = obj.settings.embedded

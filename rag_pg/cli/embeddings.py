@@ -10,7 +10,6 @@ from typing import Any
 import click
 
 from rag_pg.cli._common import EXIT_OK, EXIT_PARTIAL, Context, emit_json, run_guarded, warn
-from rag_pg.embed import LocalEmbeddingProvider, make_provider
 from rag_pg.errors import ConfigError
 
 # The server's defaults, repeated here so that `--help` works without the serve extra.
@@ -125,6 +124,8 @@ def embed_server(obj: Context, host: str, port: int, token: str | None, force_lo
     model. Needs the serve extra (FastAPI, uvicorn). Stops on SIGINT/SIGTERM: requests in
     flight get --grace seconds to finish.
     """
+    from rag_pg.embed import LocalEmbeddingProvider, make_provider
+
 
     def go() -> int:
         try:

@@ -7,8 +7,6 @@ from typing import Any
 
 import click
 
-from rag_pg.admin.check import STATISTICS, mark_for_repair
-from rag_pg.admin.check import check as run_check
 from rag_pg.cli._common import (
     EXIT_OK,
     EXIT_PARTIAL,
@@ -22,7 +20,6 @@ from rag_pg.cli._common import (
 )
 from rag_pg.cli.progress import IngestProgress
 from rag_pg.config import redact_url
-from rag_pg.embed import make_provider
 from rag_pg.errors import ConfigError, RagError
 
 
@@ -96,6 +93,8 @@ def stats(obj: Context, collection: str | None, as_json: bool) -> None:
     Degrades gracefully: when the database or the service is down it warns and exits 0. A
     configuration error (a malformed database URL, an unknown collection) exits 2.
     """
+    from rag_pg.embed import make_provider
+
     data: dict[str, Any] = {"collection": collection or obj.settings.collection,
                             "documents": None, "chunks": None, "last_indexed_at": None}
     try:
@@ -129,6 +128,9 @@ def stats(obj: Context, collection: str | None, as_json: bool) -> None:
 @click.pass_obj
 def check(obj: Context, repair: bool, as_json: bool) -> None:
     """Check the index's invariants (chunks, positions, vectors, dimensions); exit 1 if any fails."""
+    from rag_pg.admin.check import STATISTICS, mark_for_repair
+    from rag_pg.admin.check import check as run_check
+
 
     def go() -> int:
         rag = obj.rag(announce=not as_json)

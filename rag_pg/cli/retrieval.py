@@ -6,12 +6,12 @@ from typing import Any
 
 import click
 
-from rag_pg.admin import evaluate
-from rag_pg.admin.evaluate import EVAL_MODES, METRICS
 from rag_pg.cli._common import EXIT_OK, EXIT_PARTIAL, Context, emit_json, run_guarded, warn
 
 
 def _modes(value: str | None) -> list[str] | None:
+    from rag_pg.admin.evaluate import EVAL_MODES
+
     if not value:
         return None
     modes = [m.strip() for m in value.split(",") if m.strip()]
@@ -43,6 +43,8 @@ def eval_command(obj: Context, questions: str, root: str | None, modes: str | No
     """Measure retrieval on QUESTIONS (JSONL: {"query", "relevant": [paths]}) over the current
     index, mode by mode: Hit@1, Hit@5, MRR@10, nDCG@10, Recall@10. Ingests nothing; every run
     is stored in the eval_run table."""
+    from rag_pg.admin import evaluate
+
     chosen = _modes(modes)
 
     def go() -> int:
@@ -70,6 +72,8 @@ def _gate(report: dict[str, Any], k: int, min_ndcg: float | None) -> int:
 
 
 def _print_table(report: dict[str, Any], k: int, details: bool) -> None:
+    from rag_pg.admin.evaluate import METRICS
+
     modes = list(report["modes"])
     names = [m.replace("@10", f"@{k}") for m in METRICS]
     cap = report["max_per_document"]

@@ -19,7 +19,6 @@ import click
 from rag_pg.cli._common import EXIT_OK, Context, run_guarded
 from rag_pg.config.loader import environment
 from rag_pg.errors import ConfigError
-from rag_pg.serve.listen import listen
 
 _SECRET_WORDS = ("KEY", "TOKEN", "PASSWORD", "SECRET")
 
@@ -48,6 +47,8 @@ def serve(obj: Context, host: str, port: int) -> None:
     Logs are JSON lines on stderr. With server.token (or RAGPG_SERVER_TOKEN) set, every
     endpoint but /health and the docs needs "Authorization: Bearer <token>".
     """
+    from rag_pg.serve.listen import listen
+
 
     def go() -> int:
         try:

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 import click
 
-from rag_pg.admin import roles as roles_lib
 from rag_pg.cli._common import EXIT_OK, Context, emit_json, run_guarded
 from rag_pg.config import env_secret
+from rag_pg.config.sections import READER_CONNECTION_LIMIT, READER_STATEMENT_TIMEOUT
 from rag_pg.errors import ConfigError
-from rag_pg.store import tenancy as tenancy_lib
 
 
 @click.group("roles")
@@ -27,7 +26,7 @@ def roles() -> None:
 )
 @click.option(
     "--statement-timeout",
-    default=roles_lib.DEFAULT_STATEMENT_TIMEOUT,
+    default=READER_STATEMENT_TIMEOUT,
     show_default=True,
     help="The role's statement_timeout (e.g. 500ms, 30s, 2min): a runaway dashboard query is"
     " cancelled.",
@@ -35,7 +34,7 @@ def roles() -> None:
 @click.option(
     "--connection-limit",
     type=int,
-    default=roles_lib.DEFAULT_CONNECTION_LIMIT,
+    default=READER_CONNECTION_LIMIT,
     show_default=True,
     help="Most concurrent connections of the role (-1: no limit).",
 )
@@ -60,6 +59,8 @@ def create_reader(
     Safe to rerun, e.g. after `ragpg init` upgraded the schema. Needs a user with CREATEROLE
     that owns ragpg's objects (the one that ran `ragpg init`).
     """
+    from rag_pg.admin import roles as roles_lib
+
 
     def go() -> int:
         password = _password(password_env)
@@ -115,6 +116,8 @@ def create_runtime(obj: Context, name: str, password_env: str | None, connection
     and is held to it by the policies; it is not the owner, not superuser, not BYPASSRLS.
     Run as the user that ran `ragpg init`.
     """
+    from rag_pg.admin import roles as roles_lib
+
 
     def go() -> int:
         password = _password(password_env)
@@ -142,6 +145,8 @@ def tenancy_enable(obj: Context) -> None:
 
     Idempotent: rerun after `ragpg init` upgraded the schema. Run as the owner.
     """
+    from rag_pg.store import tenancy as tenancy_lib
+
 
     def go() -> int:
         with obj.rag().source.connection() as conn:
@@ -156,6 +161,8 @@ def tenancy_enable(obj: Context) -> None:
 @click.pass_obj
 def tenancy_disable(obj: Context) -> None:
     """Remove the tenant policies and row-level security (every role sees every row again)."""
+    from rag_pg.store import tenancy as tenancy_lib
+
 
     def go() -> int:
         with obj.rag().source.connection() as conn:
@@ -173,6 +180,8 @@ def tenancy_disable(obj: Context) -> None:
 @click.pass_obj
 def tenancy_assign(obj: Context, tenant: str, collections: tuple[str, ...], remove: bool) -> None:
     """Give COLLECTIONS to TENANT (a tenant sees exactly its collections)."""
+    from rag_pg.store import tenancy as tenancy_lib
+
 
     def go() -> int:
         with obj.rag().source.connection() as conn:
@@ -189,6 +198,8 @@ def tenancy_assign(obj: Context, tenant: str, collections: tuple[str, ...], remo
 @click.pass_obj
 def tenancy_status(obj: Context, as_json: bool) -> None:
     """Which tables the policy holds, the tenants and their collections, the roles."""
+    from rag_pg.store import tenancy as tenancy_lib
+
 
     def go() -> int:
         with obj.rag().source.connection() as conn:

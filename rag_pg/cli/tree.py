@@ -17,7 +17,6 @@ from rag_pg.cli._common import (
     warn,
 )
 from rag_pg.errors import ConfigError
-from rag_pg.tree import hierarchy
 
 LANGS = click.Choice(["fr", "en"])
 
@@ -30,6 +29,8 @@ LANGS = click.Choice(["fr", "en"])
 def tree(obj: Context, path: str | None, collection: str | None, as_json: bool) -> None:
     """Print the summary tree (parent_source_file links) with levels; PATH limits it to a node
     or a folder. Exits 1 when a parent is missing or the links form a cycle."""
+    from rag_pg.tree import hierarchy
+
 
     def go() -> int:
         rag = obj.rag(announce=not as_json)

@@ -405,6 +405,12 @@ class EmbeddedSettings:
         ])
 
 
+# What a reader role gets unless told otherwise (``ragpg roles create-reader``): a runaway
+# dashboard query is cancelled, and a BI tool cannot take every connection.
+READER_STATEMENT_TIMEOUT = "30s"
+READER_CONNECTION_LIMIT = 10
+
+
 @dataclass(frozen=True, slots=True)
 class TenancySettings:
     """``[tenancy]``: tenants isolated by row-level security (docs/tenancy.md)."""

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rag_pg.config import EMBEDDING_PROVIDERS, EmbeddingSettings
 from rag_pg.config.egress import EgressPolicy
@@ -18,11 +19,27 @@ from rag_pg.embed.base import (
 )
 from rag_pg.embed.batching import embed_all, plan_batches
 from rag_pg.embed.chain import ChainUnavailable, EmbeddingChain, serving
-from rag_pg.embed.http import HttpEmbeddingProvider
 from rag_pg.embed.local import LOCAL_DIMENSION, LOCAL_MODEL, LocalEmbeddingProvider
 from rag_pg.embed.none import NoneEmbeddingProvider
-from rag_pg.embed.remote import OllamaEmbeddingProvider, OpenAIEmbeddingProvider
 from rag_pg.errors import ConfigError
+
+if TYPE_CHECKING:
+    from rag_pg.embed.http import HttpEmbeddingProvider
+    from rag_pg.embed.remote import OllamaEmbeddingProvider, OpenAIEmbeddingProvider
+
+# The HTTP providers bring httpx: they load when one is built or named, not with the package
+# (a search with the local model, or `ragpg --help`, never needs an HTTP client).
+_HTTP_PROVIDERS = {
+    "HttpEmbeddingProvider": "rag_pg.embed.http",
+    "OpenAIEmbeddingProvider": "rag_pg.embed.remote",
+    "OllamaEmbeddingProvider": "rag_pg.embed.remote",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _HTTP_PROVIDERS:
+        raise AttributeError(f"module 'rag_pg.embed' has no attribute {name!r}")
+    return getattr(importlib.import_module(_HTTP_PROVIDERS[name]), name)
 
 __all__ = [
     "ChainUnavailable",
@@ -110,6 +127,8 @@ def _make_one(
     api_key = _api_key(settings, name, environ)
     egress = EgressPolicy(settings.allowed_hosts)
     if kind == "http":
+        from rag_pg.embed.http import HttpEmbeddingProvider
+
         if not settings.url:
             raise ConfigError(f"{name}.provider = http needs {name}.url")
         return HttpEmbeddingProvider(
@@ -122,6 +141,8 @@ def _make_one(
             egress=egress,
         )
     if kind in ("openai", "ollama"):
+        from rag_pg.embed.remote import OllamaEmbeddingProvider, OpenAIEmbeddingProvider
+
         common: dict[str, Any] = {
             "model": settings.model,
             "dimension": settings.dimension,

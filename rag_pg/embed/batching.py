@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from rag_pg.embed.base import EmbeddingProvider, EmbedType
 from rag_pg.errors import EmbeddingError
-from rag_pg.source.chunk import estimate_tokens
+from rag_pg.source.tokens import estimate_tokens
 
 if TYPE_CHECKING:
     import numpy as np

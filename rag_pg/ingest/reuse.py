@@ -1,6 +1,6 @@
 """Vectors kept across edits: a chunk whose embedded text and model are unchanged is not embedded again.
 
-The text a chunk sends to the model (``chunk.embedding_text``) is its document's title, its
+The text a chunk sends to the model (``tokens.embedding_text``) is its document's title, its
 section and its content, and nothing else; the content is known by its SHA-256. Those three
 and the model decide the vector, so any stored chunk of the collection with the same three
 (in the edited document's previous version, or in another document) already holds it. A
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from psycopg.rows import dict_row, scalar_row
 
 from rag_pg.models import Chunk
-from rag_pg.source.chunk import embedding_text
+from rag_pg.source.tokens import embedding_text
 from rag_pg.store.queries import Queries
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ ReuseKey = tuple[str, str, str]  # (content hash, section, document title)
 
 
 def reuse_key(chunk: Chunk) -> ReuseKey:
-    """What decides the text ``chunk`` embeds (see ``chunk.embedding_text``)."""
+    """What decides the text ``chunk`` embeds (see ``tokens.embedding_text``)."""
     return (chunk.content_hash, chunk.section, chunk.document_title)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from rag_pg.embed import serving
@@ -26,11 +27,16 @@ class QueryVectors:
     same service.
     """
 
-    def __init__(self, provider: EmbeddingProvider, query: str):
-        self.provider = provider
+    def __init__(self, provider: Callable[[], EmbeddingProvider], query: str):
+        # Built on first use: a keyword search never needs the embedding client.
+        self._provider_of = provider
         self.query = query
         self._vectors: dict[tuple[str | None, int | None], npt.NDArray[np.float32]] = {}
         self._failure: EmbeddingError | None = None
+
+    @property
+    def provider(self) -> EmbeddingProvider:
+        return self._provider_of()
 
     def expect(self, *, required: bool) -> CollectionInfo:
         """Embed with the configured provider; the collection the search then expects. A

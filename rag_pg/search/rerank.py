@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from rag_pg.config import RerankSettings
 from rag_pg.errors import ConfigError, RerankError
 from rag_pg.models import Hit
-from rag_pg.source.chunk import context_prefix
+from rag_pg.source.tokens import context_prefix
 
 if TYPE_CHECKING:
     import httpx

@@ -28,7 +28,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from rag_pg.embed.base import EmbedType, check_request
 from rag_pg.errors import EmbeddingError
-from rag_pg.source.chunk import estimate_tokens
+from rag_pg.source.tokens import estimate_tokens
 
 T = TypeVar("T")
 

@@ -21,50 +21,25 @@ from rag_pg.source.markdown import PARSER_VERSION
 from rag_pg.source.markdown.outline import Block, Heading, outline
 from rag_pg.source.markdown.slugs import SlugStyle, check_style, github_slug
 from rag_pg.source.markdown.split import Budget, Piece, split_block, trailing_sentences
+from rag_pg.source.tokens import SEPARATOR, estimate_tokens, max_words_within
 
 __all__ = [
     "PARSER_VERSION",
     "ChunkSpan",
     "Chunker",
     "Section",
-    "context_prefix",
-    "embedding_text",
-    "estimate_tokens",
     "first_h1",
     "is_mdx",
     "slugify",
     "split_sections",
 ]
 
-_SEPARATOR = "\n\n"
-_CONTEXT_SEPARATOR = " › "
 _SECTION_LEVELS = 3
 # No real tokenizer gets fewer than ~3 characters a token; 6 leaves prose its word budget
 # and still stops a minified line (one huge "word") from reaching the embedder whole.
 CHARS_PER_TOKEN_CAP = 6
 # The least cap that still holds one line of code between its two fence lines.
 MIN_MAX_TOKENS = 8
-
-
-def estimate_tokens(text: str) -> int:
-    """Integer arithmetic so that ``ceil(words × 1.33)`` never drifts with float rounding."""
-    return _tokens_for_words(len(text.split()))
-
-
-def _tokens_for_words(words: int) -> int:
-    return (words * 133 + 99) // 100
-
-
-def _max_words_within(tokens: int) -> int:
-    """Largest word count ``w`` with ``ceil(w × 1.33) <= tokens`` (0 when tokens < 2)."""
-    if tokens <= 0:
-        return 0
-    words = tokens * 100 // 133
-    while _tokens_for_words(words + 1) <= tokens:
-        words += 1
-    while words > 0 and _tokens_for_words(words) > tokens:
-        words -= 1
-    return words
 
 
 def slugify(heading: str) -> str:
@@ -138,11 +113,11 @@ class _Pack:
     def add(self, piece: Piece) -> None:
         self.pieces.append(piece)
         self.words += piece.words
-        self.chars += len(piece.text) + len(_SEPARATOR)
+        self.chars += len(piece.text) + len(SEPARATOR)
 
     def text(self) -> str:
         parts = ([self.tail] if self.tail else []) + [piece.text for piece in self.pieces]
-        return _SEPARATOR.join(parts)
+        return SEPARATOR.join(parts)
 
     def span(self) -> tuple[int, int]:
         start = self.pieces[0].start
@@ -182,9 +157,9 @@ class Chunker:
         self.overlap = overlap
         self.max_tokens = cap
         self._budget = Budget(
-            max(1, _max_words_within(size)), max(1, _max_words_within(cap)), cap * CHARS_PER_TOKEN_CAP
+            max(1, max_words_within(size)), max(1, max_words_within(cap)), cap * CHARS_PER_TOKEN_CAP
         )
-        self._overlap_words = _max_words_within(overlap)
+        self._overlap_words = max_words_within(overlap)
 
     def __repr__(self) -> str:
         return (
@@ -263,17 +238,5 @@ class Chunker:
             break
         if not taken:
             return "", 0, 0
-        text = _SEPARATOR.join(p.text for p in taken)
+        text = SEPARATOR.join(p.text for p in taken)
         return text, words, taken[0].start
-
-
-def context_prefix(chunk: Chunk) -> str:
-    """Where the chunk sits, so that its vector knows the document and section it belongs to."""
-    if chunk.section == chunk.document_title:
-        return chunk.document_title
-    return f"{chunk.document_title}{_CONTEXT_SEPARATOR}{chunk.section}"
-
-
-def embedding_text(chunk: Chunk) -> str:
-    """The text sent to the embedder; the stored ``content`` stays the chunk alone."""
-    return f"{context_prefix(chunk)}{_SEPARATOR}{chunk.content}"

@@ -15,7 +15,8 @@ from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 from rag_pg.models import Chunk, Document
-from rag_pg.source.chunk import MIN_MAX_TOKENS, Chunker, embedding_text
+from rag_pg.source.chunk import MIN_MAX_TOKENS, Chunker
+from rag_pg.source.tokens import embedding_text
 
 # Scaled a little below the measured need: token density is uneven across a document.
 _MARGIN = 0.9

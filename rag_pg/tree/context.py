@@ -29,7 +29,7 @@ from typing import Any
 from rag_pg.errors import ConfigError
 from rag_pg.models import Hit
 from rag_pg.source import injection, language
-from rag_pg.source.chunk import estimate_tokens
+from rag_pg.source.tokens import estimate_tokens
 from rag_pg.tree.llm import make_chat_client
 
 TEMPLATES = {

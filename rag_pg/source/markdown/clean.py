@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import re
 
+# The token type of a ::: container block (markdown-it-py's container plugin, named "any").
+CONTAINER = "container_any"
+
 # A tag: a name, then attributes whose values may hold '>' inside quotes or JSX braces.
 # Autolinks (``<https://…>``, ``<a@b.c>``) do not match: a name is followed by a space,
 # '/' or '>'. A backslash-escaped '<' is literal text in Markdown and is kept.

@@ -22,7 +22,6 @@ from mdit_py_plugins.container import container_plugin
 from mdit_py_plugins.deflist import deflist_plugin
 from mdit_py_plugins.utils import is_code_block
 
-CONTAINER = "container_any"
 _CONTAINER_NAME = re.compile(r"\s*[A-Za-z][\w-]*")
 _TAB_LINE = re.compile(r'===[+!]?[ \t]+"(.*)"[ \t]*$')
 _TRAILING_ATTRS = re.compile(r"[ \t]*\{([^{}\n]*)\}[ \t]*$")

@@ -15,10 +15,10 @@ import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import lru_cache
-
-from markdown_it.tree import SyntaxTreeNode
+from typing import TYPE_CHECKING
 
 from rag_pg.source.markdown.clean import (
+    CONTAINER,
     anchor_id,
     is_anchor_only,
     is_script_or_style,
@@ -27,8 +27,10 @@ from rag_pg.source.markdown.clean import (
     strip_markup,
     tag_only_lines,
 )
-from rag_pg.source.markdown.dialects import CONTAINER, markdown_parser
 from rag_pg.source.markdown.slugs import SlugStyle, assign_anchors
+
+if TYPE_CHECKING:
+    from markdown_it.tree import SyntaxTreeNode
 
 _MAX_PASSES = 3
 _ESM = re.compile(r"(?:import|export)\b")
@@ -348,6 +350,11 @@ def _parse(body: str, mdx: bool) -> tuple[SyntaxTreeNode, list[str], dict[int, s
 
     The tree, lines and anchors are read, never changed, by their callers.
     """
+    # markdown-it loads with the first page parsed: a run that changes nothing parses none.
+    from markdown_it.tree import SyntaxTreeNode
+
+    from rag_pg.source.markdown.dialects import markdown_parser
+
     md = markdown_parser(mdx)
     lines = body.split("\n")
     anchors: dict[int, str] = {}
