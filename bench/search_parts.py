@@ -30,8 +30,6 @@ from typing import Any
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-OPTIONS = {"path_prefix": None, "filters": None, "level": None, "node_type": None,
-           "max_per_document": None, "neighbours": 0, "expand": None}
 
 
 def read_queries(path: Path) -> list[str]:
@@ -56,6 +54,7 @@ def main() -> None:
     from rag_pg.config import Settings
     from rag_pg.embed import serving
     from rag_pg.search.query_vectors import QueryVectors
+    from rag_pg.search.run import SearchOptions
     from rag_pg.store.db import SET_SNAPSHOT, read_snapshot
 
     settings = Settings.load(environ={}, cwd=HERE, overrides={
@@ -102,7 +101,7 @@ def main() -> None:
                     timed("embed, bare httpx", bare.post, a.embed_url.rstrip("/") + "/embed",
                           json={"texts": [query], "type": "query", "encoding": "base64"})
                 timed("collection read alone", searcher.read_collection, conn, a.collection)
-                plan = rag._plan(query, 10, a.mode, a.collection, info, False, OPTIONS,
+                plan = rag._runner._plan(query, 10, a.mode, a.collection, info, False, SearchOptions(),
                                  QueryVectors(lambda: rag.provider, query))
                 if plan is None:
                     continue

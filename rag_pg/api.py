@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg.rows import scalar_row
@@ -17,43 +17,29 @@ from rag_pg.embed import make_provider
 from rag_pg.embed.base import EmbeddingProvider
 from rag_pg.errors import (
     ConfigError,
-    ExtensionUnavailable,
-    NoVectors,
     RagError,
     SchemaMissing,
 )
 from rag_pg.models import DocumentRecord, Hit, IngestReport, Stats
-from rag_pg.search.bm25 import BM25Params
-from rag_pg.search.hits import Candidate, shape, with_citation_urls
+from rag_pg.search.hits import with_citation_urls
 from rag_pg.search.locate import DEFAULT_DEPTH as LOCATE_DEPTH
 from rag_pg.search.locate import Location, locate_target
 from rag_pg.search.plan import (
-    MODES,
-    CollectionInfo,
     Expansion,
     Mode,
-    SearchPlan,
-    same_plan,
-    settle,
-    unfiltered,
 )
-from rag_pg.search.query_vectors import QueryVectors
-from rag_pg.search.question import keyword_text
-from rag_pg.search.rerank import Reranker
-from rag_pg.search.statement import Searcher
+from rag_pg.search.run import SearchOptions, SearchRunner
 from rag_pg.store import records, replica, tenancy
 from rag_pg.store.db import (
     ConnectionSource,
     Database,
     PoolSource,
     prepare,
-    read_snapshot,
     source_for,
 )
 from rag_pg.store.documents import Store
 from rag_pg.store.locks import lock_free
 from rag_pg.store.runs import abort_stale_runs
-from rag_pg.store.vector_index import vector_kind
 
 if TYPE_CHECKING:
     from rag_pg.ingest.run import ProgressFn
@@ -108,7 +94,8 @@ class RagPG:
         self._owns_provider = provider is None  # never close what the caller handed over
         self._provider_lock = threading.Lock()
         self.store = Store(self.settings.database.schema, self.settings.index)
-        self.searcher = Searcher(self.settings.database.schema)
+        self._runner = SearchRunner(self.settings, self.reads, lambda: self.provider)
+        self.searcher = self._runner.searcher
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -225,132 +212,15 @@ class RagPG:
         passage; ``expand`` ("parent" | "children") attaches the related node's text in
         ``hit.extra["expanded"]``; ``rerank`` applies the configured cross-encoder.
         """
-        k = self.settings.retrieval.k if k is None else k
-        if not query or not query.strip() or k <= 0:
-            return []
-        collection = collection or self.settings.collection
-        if mode is not None and mode not in MODES:
-            raise ConfigError(f"mode must be one of {', '.join(MODES)} (got {mode!r})")
-        chosen = mode or self.settings.retrieval.mode or "hybrid"
-        use_rerank = self.settings.rerank.enabled if rerank is None else rerank
-        options = {"path_prefix": path_prefix, "filters": filters, "level": level,
-                   "node_type": node_type, "max_per_document": max_per_document,
-                   "neighbours": neighbours, "expand": expand}
-        # The query is embedded before any connection is lent (a slow embedding service
-        # never holds a connection, a snapshot or a lock), once for both tries below.
-        vectors = QueryVectors(lambda: self.provider, query)
-        expected = (vectors.expect(required=chosen == "vector") if chosen != "keyword"
-                    else CollectionInfo.expected(None, None))
-        try:
-            hits = self._search(vectors, expected, k, chosen, collection, use_rerank, options)
-        except psycopg.OperationalError as exc:
-            if not self.source.owns_connections or not _connection_lost(exc):
-                raise
-            # The server went away under the connection (a restart, a failover): the pool
-            # replaces it, and a search, which writes nothing, is safe to run again once.
-            hits = self._search(vectors, expected, k, chosen, collection, use_rerank, options)
+        options = SearchOptions(path_prefix=path_prefix, filters=filters, level=level,
+                                node_type=node_type, max_per_document=max_per_document,
+                                neighbours=neighbours, expand=expand)
+        hits = self._runner.search(query, k, mode=mode, collection=collection, rerank=rerank,
+                                   options=options)
         return with_citation_urls(hits, self.settings.citation.url)
 
-    def _search(
-        self, vectors: QueryVectors, expected: CollectionInfo, k: int, wanted: str,
-        collection: str, use_rerank: bool, options: dict[str, Any],
-    ) -> list[Hit]:
-        """Run the plan made for the ``expected`` collection in one snapshot that also reads
-        what the plan depends on in the collection (its model, its index, its statistics).
-
-        When the collection is not what the plan expected (a `ragpg reembed` switched its
-        model, its index casts otherwise, its statistics are being rebuilt, it has no
-        vectors), the plan made from what the snapshot read runs instead, once."""
-        query = vectors.query
-        with self.reads.connection() as conn:
-            prepare(conn)  # pgvector's types, unless this connection has them already
-            plan = self._plan(query, k, wanted, collection, expected, use_rerank, options, vectors)
-            if plan is None:
-                self._require_collection(conn, collection)
-                return []
-            rows, seen = self._run_plan(conn, collection, plan)
-            if seen.model is None:
-                self._require_collection(conn, collection)  # no vectors: maybe no collection
-            again = self._plan(query, k, wanted, collection, seen, use_rerank, options, vectors)
-            if again is None:
-                return []
-            if not same_plan(plan, again):
-                plan = again
-                rows, _ = self._run_plan(conn, collection, plan)
-        if not use_rerank:
-            return shape(rows, plan)
-        reranker = Reranker(self.settings.rerank)
-        try:
-            return shape(rows, plan, reranker=lambda found: reranker.rerank(query, found, k))
-        finally:
-            reranker.close()
-
     def _schema_missing(self) -> SchemaMissing:
-        schema = self.settings.database.schema
-        return SchemaMissing(f"the {schema!r} schema is not initialised: run `ragpg init`")
-
-    def _run_plan(self, conn: psycopg.Connection[Any], collection: str,
-                  plan: SearchPlan) -> tuple[list[Candidate], CollectionInfo]:
-        """The candidates and the collection as one snapshot saw them, in one round trip
-        (BEGIN, the collection, settings, statement, COMMIT, pipelined)."""
-        try:
-            with read_snapshot(conn):
-                seen = self.searcher.send_collection(conn, collection)
-                cur = self.searcher.execute(conn, plan)
-            info = seen.fetchone()
-            rows = cur.fetchall()
-        except (ExtensionUnavailable, psycopg.errors.UndefinedTable):
-            raise self._schema_missing() from None
-        except psycopg.errors.UndefinedColumn:
-            raise SchemaMissing.out_of_date(self.settings.database.schema) from None
-        assert info is not None  # the statement always returns one row
-        return rows, info
-
-    def _plan(
-        self, query: str, k: int, mode: str, collection: str, info: CollectionInfo,
-        use_rerank: bool, options: dict[str, Any], vectors: QueryVectors,
-    ) -> SearchPlan | None:
-        """Arguments + [retrieval] settings + the collection -> the plan that runs, or None when
-        nothing can match (a query without a word to match, in keyword mode)."""
-        if info.model is None:
-            if mode == "vector":
-                raise NoVectors.in_collection(collection)
-            mode = "keyword"
-        qvec = None
-        if mode in ("hybrid", "vector") and info.model is not None:
-            qvec = vectors.of(collection, info.model, info.dimension)
-        r = self.settings.retrieval
-        filters = options["filters"]
-        if filters is not None and not isinstance(filters, Mapping):
-            raise ConfigError("filters must be a mapping of front-matter keys to values")
-        candidates = max(r.candidates, k)
-        if (mode == "vector" and not use_rerank and unfiltered(
-                options["path_prefix"], filters, options["level"], options["node_type"])):
-            # A whole collection with nothing to fuse or rerank: k rows are enough (the
-            # index's breadth is ef_search; with a filter, the extra rows also widen the
-            # iterative scan).
-            candidates = k
-        vector_leg = mode != "keyword"
-        plan = SearchPlan(
-            collection=collection, k=k, mode=cast(Mode, mode), query_vector=qvec,
-            # hybrid: the keyword leg's words (rag_pg.search.question); keyword mode is the SQL's BM25
-            query_text=keyword_text(query) if mode == "hybrid" else query,
-            model=info.model if vector_leg else None,
-            dimension=info.dimension if vector_leg else None, candidates=candidates,
-            front_matter=dict(filters) if filters else None,
-            # the index's type when it exists, else the one its dimension calls for
-            vector_kind=(info.vector_kind or vector_kind(info.dimension or 0)) if vector_leg else None,
-            path_prefix=options["path_prefix"], level=options["level"],
-            node_type=options["node_type"], max_per_document=options["max_per_document"],
-            neighbours=int(options["neighbours"] or 0), expand=options["expand"],
-            rrf_k=r.rrf_k, fusion=r.fusion, ef_search=r.ef_search, exact_limit=r.exact_limit,
-            exact_share=r.exact_share,
-            weights={"vector": r.vector_weight, "keyword": r.keyword_weight},
-            bm25=BM25Params(r.bm25_k1, r.bm25_b), max_scan_tuples=r.max_scan_tuples,
-            iterative_scan=r.iterative_scan,
-            keyword_exhaustive=info.term_stat_pending and mode != "vector",
-        )
-        return settle(plan, iterative_scans=info.iterative_scans)
+        return SchemaMissing.not_initialised(self.settings.database.schema)
 
     def locate(
         self,
@@ -426,17 +296,7 @@ class RagPG:
             self._require_collection(conn, collection or self.settings.collection)
 
     def _require_collection(self, conn: psycopg.Connection[Any], collection: str) -> None:
-        """Every read of a named collection passes here: an unknown name is an error (a
-        typo must not read as "no result"), except the configured collection."""
-        if collection != self.settings.collection:
-            with conn.transaction() if tenancy.active() else nullcontext():
-                records.require_collection(conn, self.store.q, collection)
-
-
-def _connection_lost(exc: psycopg.OperationalError) -> bool:
-    """The server closed or restarted under the connection (not a timeout or a lock error)."""
-    state = exc.sqlstate
-    return state is None or state.startswith("08") or state in ("57P01", "57P02", "57P03")
+        self._runner.require_collection(conn, collection)
 
 
 class _Checked:

@@ -101,6 +101,10 @@ class SchemaMissing(StoreError):
     exit_code = 2
 
     @classmethod
+    def not_initialised(cls, schema: str) -> SchemaMissing:
+        return cls(f"the {schema!r} schema is not initialised: run `ragpg init`")
+
+    @classmethod
     def out_of_date(cls, schema: str) -> SchemaMissing:
         """A schema of an earlier ragpg version, not upgraded since (a column is missing)."""
         return cls(f"the {schema!r} schema is out of date: run `ragpg init`")

@@ -15,9 +15,12 @@ from psycopg import sql
 
 from rag_pg import RagPG, Settings
 from rag_pg.config import IndexSettings
+from rag_pg.search.hits import shape
 from rag_pg.search.plan import CollectionInfo, SearchPlan
 from rag_pg.search.query_vectors import QueryVectors
+from rag_pg.search.run import SearchOptions
 from rag_pg.search.statement import Searcher
+from rag_pg.store.db import read_snapshot
 from rag_pg.store.documents import Store
 
 MODEL, DIM, PER_DOC = "m3", 3, 10
@@ -105,7 +108,9 @@ def test_the_filtered_vector_leg_is_exact_up_to_a_share_of_the_collection(
                 m = np.array([r[1].to_numpy() for r in rows])
                 cos = m @ query / (np.linalg.norm(m, axis=1) * np.linalg.norm(query))
                 want = [rows[i][0] for i in np.argsort(-cos)[:5]]
-                got = [c.chunk_id for c in Searcher("ragpg").run(conn, p)]
+                with read_snapshot(conn):
+                    cur = Searcher("ragpg").execute(conn, p)
+                got = [h.chunk_id for h in shape(cur.fetchall(), p)]
                 assert got == want
     assert seen == expected
 
@@ -116,11 +121,9 @@ def test_the_settings_share_reaches_the_plan(db_url: str) -> None:
                                                     "retrieval.exact_limit": 7})
     info = CollectionInfo(model=None, dimension=None, term_stat_pending=False,
                           vector_kind=None, pgvector_version="0.8.0")
-    options = {"path_prefix": "a", "filters": None, "level": None, "node_type": None,
-               "max_per_document": None, "neighbours": 0, "expand": None}
     with RagPG(db_url, settings) as rag:
-        p = rag._plan("mot", 5, "keyword", "c", info, False, options,
-                      QueryVectors(lambda: rag.provider, "mot"))
+        p = rag._runner._plan("mot", 5, "keyword", "c", info, False, SearchOptions(path_prefix="a"),
+                              QueryVectors(lambda: rag.provider, "mot"))
     assert p is not None and (p.exact_limit, p.exact_share) == (7, 0.1)
     with pytest.raises(Exception, match="exact_share must be between 0 and 1"):
         Settings.load(environ={}, overrides={"retrieval.exact_share": 1.5})

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 
 MAX_QUERY_WORDS = 64  # distinct words in the GIN prefilter
 MAX_QUERY_TOKENS = 256  # words scored (repeats count, as in bm25s and Lucene)
@@ -31,6 +32,7 @@ class KeywordQuery:
         return bool(self.prefilter)
 
 
+@lru_cache(maxsize=256)  # the plan's checks and the statement's parameters ask for the same text
 def keyword_query(text: str) -> KeywordQuery:
     """Split user text into words (letters and digits; NUL and every symbol are separators)."""
     words = _WORD.findall(text.replace("\x00", " "))[:MAX_QUERY_TOKENS]

@@ -10,18 +10,15 @@ from psycopg import sql
 from psycopg.rows import class_row
 from psycopg.types.json import Jsonb
 
-from rag_pg.models import Hit
 from rag_pg.search.bm25 import keyword_query
-from rag_pg.search.hits import Candidate, Reranker, shape
+from rag_pg.search.hits import Candidate
 from rag_pg.search.plan import (
     CollectionInfo,
     SearchPlan,
     normalise_prefix,
     phrase_windows,
-    settle,
     unfiltered,
 )
-from rag_pg.store.db import read_snapshot
 from rag_pg.store.queries import Queries
 from rag_pg.store.vector_index import vector_kind
 
@@ -195,14 +192,3 @@ class Searcher:
         cur = conn.cursor(row_factory=class_row(Candidate))
         cur.execute(self.statement(plan), self.params(plan))
         return cur
-
-    def run(self, conn: psycopg.Connection[Any], plan: SearchPlan, *,
-            reranker: Reranker | None = None, iterative_scans: bool = True) -> list[Hit]:
-        """One search in one round trip (``db.read_snapshot``), or a savepoint inside a
-        caller's transaction. Best hits first (see ``hits.shape``)."""
-        settled = settle(plan, iterative_scans=iterative_scans)
-        if settled is None:
-            return []
-        with read_snapshot(conn):
-            cur = self.execute(conn, settled)
-        return shape(cur.fetchall(), settled, reranker=reranker)

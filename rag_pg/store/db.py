@@ -420,3 +420,9 @@ def scrub(text: str, url: str) -> str:
 
 _PASSWORD_WORD = re.compile(r"(password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s&]+)", re.IGNORECASE)
 _URL_PASSWORD = re.compile(r"(://[^:/@\s]*:)[^@\s]*@")
+
+
+def connection_lost(exc: psycopg.OperationalError) -> bool:
+    """The server closed or restarted under the connection (not a timeout or a lock error)."""
+    state = exc.sqlstate
+    return state is None or state.startswith("08") or state in ("57P01", "57P02", "57P03")

@@ -1,0 +1,191 @@
+"""A search from question to hits, the one path every surface takes: embed the question with
+no connection lent, plan, run the plan in one snapshot that also reads what the plan depends
+on, and plan once more when the collection was not as expected."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from contextlib import nullcontext
+from dataclasses import dataclass
+from typing import Any, cast
+
+import psycopg
+
+from rag_pg.config import Settings
+from rag_pg.embed.base import EmbeddingProvider
+from rag_pg.errors import ConfigError, ExtensionUnavailable, NoVectors, SchemaMissing
+from rag_pg.models import Hit
+from rag_pg.search.bm25 import BM25Params
+from rag_pg.search.hits import Candidate, shape
+from rag_pg.search.plan import (
+    MODES,
+    CollectionInfo,
+    Expansion,
+    Mode,
+    SearchPlan,
+    same_plan,
+    settle,
+    unfiltered,
+)
+from rag_pg.search.query_vectors import QueryVectors
+from rag_pg.search.question import keyword_text
+from rag_pg.search.rerank import Reranker
+from rag_pg.search.statement import Searcher
+from rag_pg.store import records, tenancy
+from rag_pg.store.db import ConnectionSource, connection_lost, prepare, read_snapshot
+from rag_pg.store.vector_index import vector_kind
+
+
+@dataclass(frozen=True, slots=True)
+class SearchOptions:
+    """What narrows or shapes a search beyond its question, k, mode and collection."""
+
+    path_prefix: str | None = None
+    filters: Mapping[str, Any] | None = None
+    level: int | None = None
+    node_type: str | None = None
+    max_per_document: int | None = None
+    neighbours: int = 0
+    expand: Expansion | None = None
+
+
+class SearchRunner:
+    """Searches of one index: its settings, the connections reads borrow, its statements."""
+
+    def __init__(self, settings: Settings, reads: ConnectionSource,
+                 provider: Callable[[], EmbeddingProvider]):
+        self.settings = settings
+        self.reads = reads
+        self.provider = provider  # built on first use: a keyword search needs none
+        self.searcher = Searcher(settings.database.schema)
+
+    def search(self, query: str, k: int | None, *, mode: Mode | None, collection: str | None,
+               rerank: bool | None, options: SearchOptions) -> list[Hit]:
+        """:meth:`RagPG.search`: the best passages for ``query``, best first."""
+        k = self.settings.retrieval.k if k is None else k
+        if not query or not query.strip() or k <= 0:
+            return []
+        collection = collection or self.settings.collection
+        if mode is not None and mode not in MODES:
+            raise ConfigError(f"mode must be one of {', '.join(MODES)} (got {mode!r})")
+        chosen = mode or self.settings.retrieval.mode or "hybrid"
+        use_rerank = self.settings.rerank.enabled if rerank is None else rerank
+        # The query is embedded before any connection is lent (a slow embedding service
+        # never holds a connection, a snapshot or a lock), once for both tries below.
+        vectors = QueryVectors(self.provider, query)
+        expected = (vectors.expect(required=chosen == "vector") if chosen != "keyword"
+                    else CollectionInfo.expected(None, None))
+        try:
+            hits = self._search(vectors, expected, k, chosen, collection, use_rerank, options)
+        except psycopg.OperationalError as exc:
+            if not self.reads.owns_connections or not connection_lost(exc):
+                raise
+            # The server went away under the connection (a restart, a failover): the pool
+            # replaces it, and a search, which writes nothing, is safe to run again once.
+            hits = self._search(vectors, expected, k, chosen, collection, use_rerank, options)
+        return hits
+
+
+    def _search(
+        self, vectors: QueryVectors, expected: CollectionInfo, k: int, wanted: str,
+        collection: str, use_rerank: bool, options: SearchOptions,
+    ) -> list[Hit]:
+        """Run the plan made for the ``expected`` collection in one snapshot that also reads
+        what the plan depends on in the collection (its model, its index, its statistics).
+
+        When the collection is not what the plan expected (a `ragpg reembed` switched its
+        model, its index casts otherwise, its statistics are being rebuilt, it has no
+        vectors), the plan made from what the snapshot read runs instead, once."""
+        query = vectors.query
+        with self.reads.connection() as conn:
+            prepare(conn)  # pgvector's types, unless this connection has them already
+            plan = self._plan(query, k, wanted, collection, expected, use_rerank, options, vectors)
+            if plan is None:
+                self.require_collection(conn, collection)
+                return []
+            rows, seen = self._run_plan(conn, collection, plan)
+            if seen.model is None:
+                self.require_collection(conn, collection)  # no vectors: maybe no collection
+            again = self._plan(query, k, wanted, collection, seen, use_rerank, options, vectors)
+            if again is None:
+                return []
+            if not same_plan(plan, again):
+                plan = again
+                rows, _ = self._run_plan(conn, collection, plan)
+        if not use_rerank:
+            return shape(rows, plan)
+        reranker = Reranker(self.settings.rerank)
+        try:
+            return shape(rows, plan, reranker=lambda found: reranker.rerank(query, found, k))
+        finally:
+            reranker.close()
+
+    def _run_plan(self, conn: psycopg.Connection[Any], collection: str,
+                  plan: SearchPlan) -> tuple[list[Candidate], CollectionInfo]:
+        """The candidates and the collection as one snapshot saw them, in one round trip
+        (BEGIN, the collection, settings, statement, COMMIT, pipelined)."""
+        try:
+            with read_snapshot(conn):
+                seen = self.searcher.send_collection(conn, collection)
+                cur = self.searcher.execute(conn, plan)
+            info = seen.fetchone()
+            rows = cur.fetchall()
+        except (ExtensionUnavailable, psycopg.errors.UndefinedTable):
+            raise SchemaMissing.not_initialised(self.settings.database.schema) from None
+        except psycopg.errors.UndefinedColumn:
+            raise SchemaMissing.out_of_date(self.settings.database.schema) from None
+        assert info is not None  # the statement always returns one row
+        return rows, info
+
+    def _plan(
+        self, query: str, k: int, mode: str, collection: str, info: CollectionInfo,
+        use_rerank: bool, options: SearchOptions, vectors: QueryVectors,
+    ) -> SearchPlan | None:
+        """Arguments + [retrieval] settings + the collection -> the plan that runs, or None when
+        nothing can match (a query without a word to match, in keyword mode)."""
+        if info.model is None:
+            if mode == "vector":
+                raise NoVectors.in_collection(collection)
+            mode = "keyword"
+        qvec = None
+        if mode in ("hybrid", "vector") and info.model is not None:
+            qvec = vectors.of(collection, info.model, info.dimension)
+        r = self.settings.retrieval
+        filters = options.filters
+        if filters is not None and not isinstance(filters, Mapping):
+            raise ConfigError("filters must be a mapping of front-matter keys to values")
+        candidates = max(r.candidates, k)
+        if (mode == "vector" and not use_rerank and unfiltered(
+                options.path_prefix, filters, options.level, options.node_type)):
+            # A whole collection with nothing to fuse or rerank: k rows are enough (the
+            # index's breadth is ef_search; with a filter, the extra rows also widen the
+            # iterative scan).
+            candidates = k
+        vector_leg = mode != "keyword"
+        plan = SearchPlan(
+            collection=collection, k=k, mode=cast(Mode, mode), query_vector=qvec,
+            # hybrid: the keyword leg's words (rag_pg.search.question); keyword mode is the SQL's BM25
+            query_text=keyword_text(query) if mode == "hybrid" else query,
+            model=info.model if vector_leg else None,
+            dimension=info.dimension if vector_leg else None, candidates=candidates,
+            front_matter=dict(filters) if filters else None,
+            # the index's type when it exists, else the one its dimension calls for
+            vector_kind=(info.vector_kind or vector_kind(info.dimension or 0)) if vector_leg else None,
+            path_prefix=options.path_prefix, level=options.level,
+            node_type=options.node_type, max_per_document=options.max_per_document,
+            neighbours=int(options.neighbours or 0), expand=options.expand,
+            rrf_k=r.rrf_k, fusion=r.fusion, ef_search=r.ef_search, exact_limit=r.exact_limit,
+            exact_share=r.exact_share,
+            weights={"vector": r.vector_weight, "keyword": r.keyword_weight},
+            bm25=BM25Params(r.bm25_k1, r.bm25_b), max_scan_tuples=r.max_scan_tuples,
+            iterative_scan=r.iterative_scan,
+            keyword_exhaustive=info.term_stat_pending and mode != "vector",
+        )
+        return settle(plan, iterative_scans=info.iterative_scans)
+
+    def require_collection(self, conn: psycopg.Connection[Any], collection: str) -> None:
+        """Every read of a named collection passes here: an unknown name is an error (a
+        typo must not read as "no result"), except the configured collection."""
+        if collection != self.settings.collection:
+            with conn.transaction() if tenancy.active() else nullcontext():
+                records.require_collection(conn, self.searcher.q, collection)
