@@ -24,8 +24,14 @@ demo: install-demo
 	RAGPG_HOME=$(DEMO_HOME) $(VENV)/bin/ragpg search "comment restaurer une sauvegarde ?" -k 3
 	RAGPG_HOME=$(DEMO_HOME) $(VENV)/bin/ragpg search "how many connections should the pool have?" -k 3
 
+# Everything (what CI runs).
 test: install
 	$(PY) -m pytest -q
+
+# The in-process tier: no test that starts a process (the CLI as a subprocess, a private
+# PostgreSQL, a restart, a kill; tests/tiers.py sorts them), a few minutes on 2 cores.
+test-fast: install
+	$(PY) -m pytest -q -m "not process"
 
 # The slow tier of the reliability scenarios (tests/reliability, docs/reliability.md): the counted
 # loops of the test plan. RAGPG_SLOW_SCALE=0.2 (or RAGPG_SLOW_SCALE_F3=0.05...) shrinks them.

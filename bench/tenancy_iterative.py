@@ -18,7 +18,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from rag_pg import RagPG, Settings
-from rag_pg.admin import roles
+from rag_pg.store import roles
 from rag_pg.config import IndexSettings
 from rag_pg.store import migrate, tenancy
 from rag_pg.store.documents import Store

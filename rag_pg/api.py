@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import psycopg
-from psycopg.rows import scalar_row
 
 from rag_pg.config import Settings
 from rag_pg.embed import make_provider
@@ -128,9 +127,9 @@ class RagPG:
             return revision
 
     def _checked(self, conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
-        with conn.transaction(), conn.cursor(row_factory=scalar_row) as cur:
-            table = cur.execute("SELECT to_regclass(%s)", (self.store.q.table("document"),)).fetchone()
-        if table is None:
+        with conn.transaction():
+            ready = records.table_exists(conn, self.store.q, "document")
+        if not ready:
             raise self._schema_missing()
         return prepare(conn)
 

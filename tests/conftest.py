@@ -16,6 +16,8 @@ import psycopg
 import pytest
 from hypothesis import HealthCheck, settings
 
+from .tiers import starts_processes
+
 ROOT = Path(__file__).resolve().parent.parent
 # One template per test process: several runs can share one external server.
 TEMPLATE = f"ragpg_template_{os.getpid()}"
@@ -184,7 +186,14 @@ def run_cli(args: list[str], *, env: dict[str, str] | None = None, cwd: Path | N
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked ``slow`` run only with RAGPG_SLOW=1; otherwise they are deselected, not skipped."""
+    """Tests that start processes are marked ``process`` (``make test-fast`` leaves them out,
+    tests/tiers.py). Tests marked ``slow`` run only with RAGPG_SLOW=1; otherwise they are
+    deselected, not skipped."""
+    for item in items:
+        function = getattr(item, "function", None)
+        if function is not None and starts_processes(
+                Path(str(item.fspath)), function.__name__, list(getattr(item, "fixturenames", []))):
+            item.add_marker(pytest.mark.process)
     if os.environ.get("RAGPG_SLOW") == "1":
         return
     kept = [item for item in items if item.get_closest_marker("slow") is None]

@@ -6,7 +6,7 @@ from typing import Any
 
 import psycopg
 
-from rag_pg.admin.check import check
+from rag_pg.store.integrity import check
 
 
 def violations(url: str, schema: str = "ragpg") -> list[str]:

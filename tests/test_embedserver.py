@@ -18,6 +18,8 @@ from hypothesis import strategies as st
 
 from rag_pg.testing.embedserver import FAULTS, FakeEmbeddingServer, fake_vector
 
+from .waiting import eventually
+
 
 @pytest.fixture
 def client() -> Iterator[httpx.Client]:
@@ -234,10 +236,7 @@ def test_stop_is_prompt_with_idle_and_slow_connections() -> None:
     srv.fault = "slow"
     slow = threading.Thread(target=_swallow, args=(srv.url,))
     slow.start()
-    waited = time.monotonic()
-    while not srv.requests:  # the slow request is being held by the server
-        assert time.monotonic() - waited < 60, "the slow request never reached the server"
-        time.sleep(0.01)
+    eventually(lambda: srv.requests, "the slow request reaching the server")  # held there
     started = time.monotonic()
     srv.stop()
     srv.stop()  # idempotent

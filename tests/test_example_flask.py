@@ -5,7 +5,6 @@ from __future__ import annotations
 import importlib
 import json
 import threading
-import time
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -17,6 +16,7 @@ from psycopg.conninfo import conninfo_to_dict
 from rag_pg import Settings
 
 from .conftest import ROOT
+from .waiting import eventually
 
 pytest.importorskip("flask")
 
@@ -56,14 +56,9 @@ def ragpg_connections(db_url: str) -> int:
     return int(row[0])
 
 
-def wait_for_connections(db_url: str, expected: int, patience: float = 15.0) -> int:
-    """pg_stat_activity drops a backend shortly after its client hangs up: poll, don't sleep once."""
-    deadline = time.monotonic() + patience
-    count = ragpg_connections(db_url)
-    while count != expected and time.monotonic() < deadline:
-        time.sleep(0.05)
-        count = ragpg_connections(db_url)
-    return count
+def no_connections_left(db_url: str) -> None:
+    """pg_stat_activity drops a backend shortly after its client hangs up: wait (bounded)."""
+    eventually(lambda: ragpg_connections(db_url) == 0, "every ragpg connection closed")
 
 
 def ingest(app: Any, corpus: Path) -> dict[str, Any]:
@@ -178,4 +173,4 @@ def test_eight_threads_share_one_pool_without_errors_or_leaks(
         assert 1 <= open_now <= settings.database.pool_size
     finally:
         example.close_ragpg(app)
-    assert wait_for_connections(db_url, 0) == 0
+    no_connections_left(db_url)

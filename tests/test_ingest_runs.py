@@ -8,7 +8,6 @@ import secrets
 import signal
 import subprocess
 import sys
-import time
 
 import psycopg
 import pytest
@@ -19,6 +18,7 @@ from rag_pg.store import checkpoints
 from rag_pg.testing import faults
 
 from .conftest import run_cli
+from .waiting import eventually
 
 
 def small_corpus(root, n=3):
@@ -58,9 +58,11 @@ def test_sigterm_ends_an_ingest_in_one_line_and_records_it_aborted(db_url, embed
                             env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     try:
-        while runs(db_url) != [("running",)]:  # the run is recorded: the command is under way
+        def under_way() -> bool:  # the run is recorded
             assert proc.poll() is None, proc.communicate()
-            time.sleep(0.05)
+            return runs(db_url) == [("running",)]
+
+        eventually(under_way, "the ingest recording its run")
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=120)
     finally:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import psycopg
@@ -16,6 +15,7 @@ from rag_pg.errors import ConfigError
 from rag_pg.store import migrate
 
 from .conftest import ROOT
+from .waiting import eventually
 
 
 def waiting_backends(url: str, own_pid: int) -> int:
@@ -43,9 +43,11 @@ def test_three_first_runs_at_once_all_succeed(empty_db_url, embed_server, tmp_pa
                 procs.append(subprocess.Popen(
                     [sys.executable, "-m", "rag_pg", *args], env=env, cwd=tmp_path,
                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-            while waiting_backends(empty_db_url, holder.info.backend_pid) < len(commands):
+            def all_waiting() -> bool:
                 assert all(p.poll() is None for p in procs), [p.communicate() for p in procs]
-                time.sleep(0.05)
+                return waiting_backends(empty_db_url, holder.info.backend_pid) >= len(commands)
+
+            eventually(all_waiting, "every init waiting on the holder's lock")
             holder.commit()
             results = [p.communicate(timeout=120) for p in procs]
         finally:

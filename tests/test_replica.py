@@ -9,7 +9,6 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +24,7 @@ from rag_pg.testing.embedserver import FakeEmbeddingServer
 from .conftest import ROOT, run_cli
 from .private_pg import BIN, SYSTEM_USER, _free_port
 from .test_server import Served, clean_env
+from .waiting import eventually
 
 READY_WAIT = 120  # seconds a server may take to accept connections on a loaded machine
 
@@ -47,15 +47,15 @@ def _start(data: Path, port: int, log: Path, *extra: str) -> subprocess.Popen[by
 
 
 def _wait_ready(url: str, proc: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + READY_WAIT
-    while True:
+    def accepts() -> bool:
         assert proc.poll() is None, log.read_text()
         try:
             psycopg.connect(url, connect_timeout=2).close()
-            return
+            return True
         except psycopg.OperationalError:
-            assert time.monotonic() < deadline, log.read_text()
-            time.sleep(0.1)
+            return False
+
+    eventually(accepts, f"the server accepting connections ({log})", limit=READY_WAIT)
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
@@ -136,11 +136,10 @@ def _wait_replayed(pair: Pair) -> None:
     with psycopg.connect(pair.primary) as conn:
         row = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
     assert row is not None
-    deadline = time.monotonic() + READY_WAIT
     with psycopg.connect(pair.replica, autocommit=True) as conn:
-        while conn.execute("SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", (row[0],)).fetchone() != (True,):
-            assert time.monotonic() < deadline, "the replica did not replay the primary's WAL"
-            time.sleep(0.05)
+        eventually(lambda: conn.execute("SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn",
+                                        (row[0],)).fetchone() == (True,),
+                   "the replica replaying the primary's WAL", limit=READY_WAIT)
 
 
 def _documents(url: str, path: str) -> int:
@@ -175,8 +174,8 @@ def test_a_search_right_after_an_ingest_reads_its_own_writes(pair: Pair) -> None
     (pair.corpus / path).write_text("# Zanzibar failover\n\nThe zanzibar drill promotes the standby.\n")
     with psycopg.connect(pair.replica, autocommit=True) as standby:
         standby.execute("SELECT pg_wal_replay_pause()")
-        while standby.execute("SELECT pg_get_wal_replay_pause_state()").fetchone() != ("paused",):
-            time.sleep(0.05)
+        eventually(lambda: standby.execute("SELECT pg_get_wal_replay_pause_state()").fetchone()
+                   == ("paused",), "the replica's replay paused")
         try:
             with _rag(pair) as rag:
                 rag.ingest(pair.corpus)

@@ -15,8 +15,8 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from rag_pg import ConfigError, RagPG, SchemaMissing, Settings
-from rag_pg.admin.roles import PUBLISHED_VIEWS, create_reader, normalise_timeout
 from rag_pg.store import migrate
+from rag_pg.store.roles import PUBLISHED_VIEWS, create_reader, normalise_timeout
 
 from .conftest import ROOT, run_cli
 
@@ -363,7 +363,7 @@ def test_every_query_in_docs_sql_runs_as_the_reader(db_url: str, reader: str, in
 def test_a_reader_that_changes_its_own_defaults_is_reported_until_recreated(
     db_url: str, reader: str
 ) -> None:
-    from rag_pg.admin.check import check
+    from rag_pg.store.integrity import check
 
     with psycopg.connect(db_url, autocommit=True) as conn:
         assert check(conn) == []

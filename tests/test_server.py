@@ -12,7 +12,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from rag_pg.testing.embedserver import FakeEmbeddingServer
 
 from .conftest import ROOT, drop_database, new_database, run_cli
+from .waiting import eventually
 
 TOKEN = "tok-CANARY-6f1d2c9a8b7e4d3c"
 PW_CANARY = "pw-CANARY-93be21f0"
@@ -65,14 +65,10 @@ def ragpg_connections(admin_url: str, db_url: str) -> int:
     return int(row[0])
 
 
-def wait_for_connections(admin_url: str, db_url: str, expected: int) -> int:
-    """Backends exit a moment after their client closes: poll (bounded) before judging."""
-    deadline = time.monotonic() + 30
-    count = ragpg_connections(admin_url, db_url)
-    while count != expected and time.monotonic() < deadline:
-        time.sleep(0.1)
-        count = ragpg_connections(admin_url, db_url)
-    return count
+def no_connections_left(admin_url: str, db_url: str) -> None:
+    """Backends exit a moment after their client closes: wait (bounded) for the last one."""
+    eventually(lambda: ragpg_connections(admin_url, db_url) == 0,
+               "every ragpg connection closed")
 
 
 class Served:
@@ -91,16 +87,18 @@ class Served:
         self.url = self._wait_listening()
 
     def _wait_listening(self) -> str:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
+        def listening() -> str | None:
             for line in self.log_path.read_text().splitlines():
                 if '"listening"' in line:
                     return str(json.loads(line)["url"])
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.05)
-        self.stop()
-        raise AssertionError(f"server did not start: {self.log_path.read_text()}")
+            assert self.proc.poll() is None, f"server exited: {self.log_path.read_text()}"
+            return None
+
+        try:
+            return eventually(listening, "the server listening")
+        except AssertionError:
+            self.stop()
+            raise
 
     def client(self, token: str | None = None) -> httpx.Client:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
@@ -515,7 +513,7 @@ def test_eight_threads_through_one_library_pool_leak_nothing(db_url: str, pg_ser
         assert 1 <= ragpg_connections(pg_server_url, db_url) <= settings.database.pool_size
     finally:
         rag.close()
-    assert wait_for_connections(pg_server_url, db_url, 0) == 0
+    no_connections_left(pg_server_url, db_url)
 
 
 # -- failure modes --------------------------------------------------------------------------------
@@ -571,12 +569,6 @@ def test_slow_request_gets_504(indexed_db: str, tmp_path: Path) -> None:
     assert code == 0
 
 
-def wait_until(condition: Any, what: str) -> None:
-    """Wait for a readiness signal another thread or process gives (bounded, not a threshold)."""
-    deadline = time.monotonic() + 60
-    while not condition():
-        assert time.monotonic() < deadline, f"never happened: {what}"
-        time.sleep(0.01)
 
 
 def test_a_stalled_embedder_leaves_the_database_requests_answering(indexed_db: str, tmp_path: Path) -> None:
@@ -600,7 +592,7 @@ def test_a_stalled_embedder_leaves_the_database_requests_answering(indexed_db: s
             stalled.fault = "slow"
             stalled.reset_counters()
             threads[0].start()
-            wait_until(lambda: stalled.calls == 1, "the first hybrid search reached the embedder")
+            eventually(lambda: stalled.calls == 1, "the first hybrid search reached the embedder")
             for t in threads[1:]:
                 t.start()
             name, status, body = answers.get(timeout=120)  # the four queued ones cannot answer yet
@@ -720,7 +712,7 @@ def test_graceful_shutdown_closes_the_pool(db_url: str, pg_server_url: str, tmp_
         code = served.stop()
     assert code == 0
     assert [r for r in served.log_records() if r.get("event") == "stopped"]
-    assert wait_for_connections(pg_server_url, db_url, 0) == 0
+    no_connections_left(pg_server_url, db_url)
 
 
 # -- refusing to start ----------------------------------------------------------------------------

@@ -13,8 +13,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from rag_pg import RagPG, Settings
-from rag_pg.admin.roles import PUBLISHED_FUNCTIONS, PUBLISHED_VIEWS
 from rag_pg.store import migrate
+from rag_pg.store.roles import PUBLISHED_FUNCTIONS, PUBLISHED_VIEWS
 
 # The published columns, in order, with their types. Changing one is a breaking change for
 # every dashboard built on it: add columns at the end, in a new migration, and update this.

@@ -17,9 +17,8 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from rag_pg import RagPG, Settings, StoreError
-from rag_pg.admin import roles
 from rag_pg.errors import CollectionNotFound, ConfigError
-from rag_pg.store import tenancy
+from rag_pg.store import roles, tenancy
 
 from .conftest import run_cli
 from .test_roles import drop_roles

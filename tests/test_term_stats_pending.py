@@ -15,10 +15,10 @@ from pathlib import Path
 import psycopg
 
 from rag_pg import RagPG, Settings
-from rag_pg.admin.check import check, mark_for_repair
 from rag_pg.search.plan import SearchPlan
 from rag_pg.search.statement import Searcher
 from rag_pg.store import checkpoints
+from rag_pg.store.integrity import check, mark_for_repair
 
 from .conftest import run_cli
 from .test_bm25_pruned import assert_term_stats_hold, both

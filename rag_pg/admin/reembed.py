@@ -25,7 +25,6 @@ from typing import Any
 
 import numpy as np
 import psycopg
-from psycopg import sql
 from psycopg.rows import dict_row
 
 from rag_pg.admin.reembed_store import ReembedStore
@@ -35,7 +34,7 @@ from rag_pg.embed.base import EmbeddingProvider
 from rag_pg.errors import ConfigError, EmbeddingError, SchemaMissing
 from rag_pg.models import Chunk
 from rag_pg.source.tokens import embedding_text
-from rag_pg.store import checkpoints
+from rag_pg.store import checkpoints, records
 from rag_pg.store.db import ConnectionSource, prepare
 from rag_pg.store.locks import collection_lock
 
@@ -282,12 +281,8 @@ class Reembedder:
                          {"id": run_id, "status": status, "error": error})
 
     def _check_schema(self, conn: psycopg.Connection[Any]) -> None:
-        schema = self.settings.database.schema
-        table = sql.Identifier(schema, "reembed_run").as_string(conn)
-        with conn.cursor(row_factory=dict_row) as cur:
-            row = cur.execute("SELECT to_regclass(%(table)s) AS found", {"table": table}).fetchone()
-        if not row or row["found"] is None:
-            raise SchemaMissing(f"the {schema!r} schema is not up to date: run `ragpg init`")
+        if not records.table_exists(conn, self.store.q, "reembed_run"):
+            raise SchemaMissing.out_of_date(self.settings.database.schema)
 
     @contextmanager
     def _lock(self, conn: psycopg.Connection[Any], collection: str) -> Iterator[None]:

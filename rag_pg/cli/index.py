@@ -128,8 +128,8 @@ def stats(obj: Context, collection: str | None, as_json: bool) -> None:
 @click.pass_obj
 def check(obj: Context, repair: bool, as_json: bool) -> None:
     """Check the index's invariants (chunks, positions, vectors, dimensions); exit 1 if any fails."""
-    from rag_pg.admin.check import STATISTICS, mark_for_repair
-    from rag_pg.admin.check import check as run_check
+    from rag_pg.store.integrity import STATISTICS, mark_for_repair
+    from rag_pg.store.integrity import check as run_check
 
 
     def go() -> int:

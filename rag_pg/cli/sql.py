@@ -59,7 +59,7 @@ def create_reader(
     Safe to rerun, e.g. after `ragpg init` upgraded the schema. Needs a user with CREATEROLE
     that owns ragpg's objects (the one that ran `ragpg init`).
     """
-    from rag_pg.admin import roles as roles_lib
+    from rag_pg.store import roles as roles_lib
 
 
     def go() -> int:
@@ -116,7 +116,7 @@ def create_runtime(obj: Context, name: str, password_env: str | None, connection
     and is held to it by the policies; it is not the owner, not superuser, not BYPASSRLS.
     Run as the user that ran `ragpg init`.
     """
-    from rag_pg.admin import roles as roles_lib
+    from rag_pg.store import roles as roles_lib
 
 
     def go() -> int:

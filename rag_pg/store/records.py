@@ -63,3 +63,9 @@ def require_collection(conn: psycopg.Connection[Any], q: Queries, collection: st
         found = cur.execute(q("collection_exists"), {"collection": collection}).fetchone()
     if not found:
         raise CollectionNotFound(collection, collection_names(conn, q))
+
+
+def table_exists(conn: psycopg.Connection[Any], q: Queries, table: str) -> bool:
+    """Whether the schema has ``table`` (ragpg's tables are created by ``ragpg init``)."""
+    with conn.cursor(row_factory=scalar_row) as cur:
+        return bool(cur.execute(q("table_exists"), {"table": q.table(table)}).fetchone())

@@ -16,15 +16,10 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
-from psycopg import sql
 from psycopg.rows import class_row, dict_row
 
 from rag_pg.ingest.parents import MISSING_PARENT
-
-_NODES = sql.SQL(
-    "SELECT path, title, parent_path, level, node_type, embed, chunk_count, token_count"
-    " FROM {schema}.document WHERE collection = %(collection)s ORDER BY path"
-)
+from rag_pg.store.queries import Queries
 
 
 @dataclass(slots=True)
@@ -78,7 +73,7 @@ class Tree:
 def load_nodes(conn: psycopg.Connection[Any], schema: str, collection: str) -> list[Node]:
     with conn.cursor(row_factory=class_row(Node)) as cur:
         return cur.execute(
-            _NODES.format(schema=sql.Identifier(schema)), {"collection": collection}
+            Queries(schema)("tree_nodes"), {"collection": collection}
         ).fetchall()
 
 
@@ -223,7 +218,7 @@ def index_path(rag: Any, collection: str | None, given: str) -> str:
         rag._checked(conn)
         with conn.cursor(row_factory=dict_row) as cur:
             rows = cur.execute(
-                _ROOTS.format(schema=sql.Identifier(rag.settings.database.schema)),
+                Queries(rag.settings.database.schema)("tree_roots"),
                 {"collection": collection},
             ).fetchall()
     for root in sorted((str(r["source_root"]) for r in rows), key=len, reverse=True):
@@ -235,7 +230,3 @@ def index_path(rag: Any, collection: str | None, given: str) -> str:
     return given.strip("/")
 
 
-_ROOTS = sql.SQL(
-    "SELECT DISTINCT source_root FROM {schema}.document"
-    " WHERE collection = %(collection)s AND source_root IS NOT NULL"
-)

@@ -20,12 +20,12 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 import psycopg
-from psycopg import sql
 from psycopg.rows import class_row
 
 from rag_pg.errors import ConfigError, SidecarError
 from rag_pg.models import FailedDocument
 from rag_pg.store.documents import Store
+from rag_pg.store.queries import Queries
 from rag_pg.tree.sidecar import render, sidecar_path, write_atomic
 
 HEADING_SEPARATOR = " > "
@@ -36,22 +36,11 @@ _FINGERPRINT = re.compile(r"^chunk=(\d+)/(\d+);")
 # chunks and a later ingest with other settings re-chunks instead of skipping.
 _SHAPING = re.compile(r";max=([^;]+);anchors=([^;]+);.*?;parser=([^;]+);")
 
-_DOCUMENTS = sql.SQL(
-    "SELECT id, path, title, content_hash, parent_path, level, node_type, embed, language,"
-    " fingerprint, chunk_count, front_matter, source_root"
-    " FROM {schema}.document WHERE collection = %(collection)s ORDER BY path"
-)
-_CHUNKS = sql.SQL(
-    "SELECT c.position, c.section, c.anchor, c.content, c.token_count, v.embedding::real[] AS embedding"
-    " FROM {schema}.chunk c LEFT JOIN {schema}.chunk_vector v"
-    "   ON v.chunk_id = c.id AND v.collection = c.collection AND v.model = %(model)s"
-    " WHERE c.document_id = %(document_id)s ORDER BY c.position"
-)
 
 
 @dataclass(frozen=True, slots=True)
 class _StoredDocument:
-    """A row of ``_DOCUMENTS``."""
+    """A row of ``export_documents``."""
 
     id: int
     path: str
@@ -70,7 +59,7 @@ class _StoredDocument:
 
 @dataclass(frozen=True, slots=True)
 class _StoredChunk:
-    """A row of ``_CHUNKS``: the vector is None where the chunk has none of the model."""
+    """A row of ``export_chunks``: the vector is None where the chunk has none of the model."""
 
     position: int
     section: str
@@ -141,7 +130,7 @@ def export_sidecars(
         model, dimension = store.collection_model(conn, collection) or (None, None)
         with conn.cursor(row_factory=class_row(_StoredDocument)) as cur:
             rows = cur.execute(
-                _DOCUMENTS.format(schema=sql.Identifier(schema)), {"collection": collection}
+                Queries(schema)("export_documents"), {"collection": collection}
             ).fetchall()
         if not rows:
             raise ConfigError(f"nothing is indexed in collection {collection!r}: run `ragpg ingest` first")
@@ -178,7 +167,7 @@ def _export_one(
         raise SidecarError("stale", "the file changed since it was indexed: run `ragpg ingest` first")
     with conn.cursor(row_factory=class_row(_StoredChunk)) as cur:
         chunks = cur.execute(
-            _CHUNKS.format(schema=sql.Identifier(schema)), {"model": model, "document_id": row.id}
+            Queries(schema)("export_chunks"), {"model": model, "document_id": row.id}
         ).fetchall()
     vectorised = bool(row.embed) and model is not None
     vectors: npt.NDArray[np.float32] | None = None

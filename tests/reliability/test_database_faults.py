@@ -23,6 +23,7 @@ from rag_pg.store import migrate
 
 from ..conftest import run_cli
 from ..invariants import dump, violations
+from ..waiting import eventually
 from .conftest import counted, slow
 from .harness import FaultProxy, OwnPostgres, edit_some, env_for, spawned, write_tree
 from .test_kill_loops import unknown_versions
@@ -236,7 +237,7 @@ def test_c4_a_blackholed_database_ends_the_ingest_within_its_deadline(own_pg, em
         env = env_for(proxy.url(name), embed_server, RAGPG_DATABASE_CALL_TIMEOUT=str(deadline))
         with spawned(["ingest", str(tree), "--full"], env, tmp_path,
                      fault_specs=("before_write:1:sleep:1",)) as proc:
-            wait_for(lambda: proxy.commits_seen >= 1)  # the run has started writing
+            eventually(lambda: proxy.commits_seen >= 1, "the run writing its first commit")
             proxy.freeze()
             frozen = time.monotonic()
             _, err = proc.communicate(timeout=deadline * 20 + 60)
@@ -250,11 +251,4 @@ def test_c4_a_blackholed_database_ends_the_ingest_within_its_deadline(own_pg, em
                  " line, no partial document", seconds=round(took, 2), deadline=deadline)
 
 
-def wait_for(condition: Any, limit: float = 120) -> None:
-    """Poll a readiness condition (bounded, so a broken run fails instead of hanging)."""
-    end = time.monotonic() + limit
-    while not condition():
-        if time.monotonic() > end:
-            raise AssertionError("condition never became true")
-        time.sleep(0.02)
 

@@ -22,6 +22,7 @@ from rag_pg.errors import RagError
 
 from ..conftest import run_cli
 from ..test_server import Served, clean_env
+from ..waiting import eventually
 from .conftest import counted, slow
 from .harness import env_for, spawned
 
@@ -243,9 +244,8 @@ def leak_loop(db_url: str, admin_url: str, server: Any, corpus: Path, ops: int) 
         stats["connections_after"] = ragpg_backends(admin_url, db_url)
         stats["fd_delta"] = len(os.listdir("/proc/self/fd")) - fds_before
     # closed, the library leaves no connection behind (backends exit a moment after their client)
-    deadline = time.monotonic() + 60
-    while ragpg_backends(admin_url, db_url) and time.monotonic() < deadline:
-        time.sleep(0.05)
+    eventually(lambda: not ragpg_backends(admin_url, db_url), "every ragpg backend gone",
+               limit=60)
     stats["connections_after_close"] = ragpg_backends(admin_url, db_url)
     return stats
 

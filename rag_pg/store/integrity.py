@@ -9,7 +9,7 @@ import psycopg
 from psycopg import sql
 from psycopg.rows import dict_row
 
-from rag_pg.admin.roles import drifted_readers
+from rag_pg.store.roles import drifted_readers
 
 # Each check is (code, description, SQL returning one row per violation: subject, detail).
 CHECKS: tuple[tuple[str, str, str], ...] = (
