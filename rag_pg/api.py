@@ -29,6 +29,7 @@ from rag_pg.search.plan import (
 )
 from rag_pg.search.run import SearchOptions, SearchRunner
 from rag_pg.store import records, replica, tenancy
+from rag_pg.store.boundary import guarded_methods
 from rag_pg.store.db import (
     ConnectionSource,
     Database,
@@ -55,6 +56,7 @@ def upgrade_schema(conn: psycopg.Connection[Any], schema: str = "ragpg") -> str:
     return migrate.current_revision(conn, schema) or ""
 
 
+@guarded_methods
 class RagPG:
     """An index in one Postgres schema, reached through a URL or a caller's connection.
 

@@ -115,6 +115,21 @@ class DatabaseTimeout(StoreError):
     and its connection closed."""
 
 
+class ConnectionLost(StoreError):
+    """The connection to the database broke under a call (the server restarted, a failover,
+    the network): a read may be tried again on a new connection, a write's outcome is
+    whatever its transaction committed."""
+
+
+class DatabaseRefused(StoreError):
+    """The database refused a statement for what it was given (a value over one of the
+    server's limits, a constraint): the connection is fine, that one operation failed."""
+
+    def __init__(self, message: str, sqlstate: str | None = None):
+        super().__init__(message)
+        self.sqlstate = sqlstate
+
+
 class NoVectors(StoreError):
     """A vector search on a collection that holds no vectors (indexed without a model): only
     keyword search can answer it."""
@@ -162,3 +177,9 @@ class SidecarError(RagError):
     def __init__(self, kind: str, message: str):
         super().__init__(message)
         self.kind = kind
+
+
+def first_line(exc: BaseException) -> str:
+    """The line an error is reported with: its text's first, else its type's name."""
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else type(exc).__name__

@@ -8,6 +8,7 @@ two modules import each other, directly or through others.
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -115,3 +116,52 @@ def test_the_graph_sees_the_imports_it_checks():
     edges = graph()
     assert "rag_pg.store.db" in edges["rag_pg.api"]
     assert "rag_pg.errors" in edges["rag_pg.store.db"]
+
+
+# A string that is a statement: its first word is one SQL starts statements with.
+SQL_STATEMENT = re.compile(
+    r"^\s*(SELECT|INSERT\s+INTO|UPDATE\s+\S+\s+SET|DELETE\s+FROM|CREATE|ALTER|DROP|GRANT|REVOKE"
+    r"|SET\s+(LOCAL\s+)?\w+\s*(=|TO)|COPY|TRUNCATE|LOCK\s+TABLE|WITH\s+\w+\s+AS)\b")
+
+
+def outside(*stages: str) -> Iterator[tuple[str, Path]]:
+    for name, path in sorted(modules().items()):
+        if stage(name) not in stages:
+            yield name, path
+
+
+def test_sql_text_lives_in_the_store():
+    found = [f"{name}:{node.lineno}"
+             for name, path in outside("store", "migrations")
+             for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+             if isinstance(node, ast.Constant) and isinstance(node.value, str)
+             and SQL_STATEMENT.match(node.value)]
+    assert found == []
+
+
+def test_the_statement_detector_sees_sql():
+    assert SQL_STATEMENT.match("SELECT 1") and SQL_STATEMENT.match("  UPDATE {s}.doc SET x = 1")
+    assert not SQL_STATEMENT.match("select the best passages") and not SQL_STATEMENT.match("), SELECT on")
+
+
+def test_psycopg_errors_are_caught_only_at_the_store_boundary():
+    found = []
+    for name, path in outside("store"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ExceptHandler) and node.type is not None:
+                if "psycopg" in ast.unparse(node.type):
+                    found.append(f"{name}:{node.lineno}")
+    assert found == []
+
+
+# A function fits on a screen: about 60 lines, docstring included.
+MAX_FUNCTION_LINES = 65
+
+
+def test_functions_fit_on_a_screen():
+    long = [f"{name}.{node.name}: {node.end_lineno - node.lineno + 1} lines"
+            for name, path in modules().items() if stage(name) != "migrations"
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+            and node.end_lineno is not None and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES]
+    assert sorted(long) == []

@@ -126,18 +126,7 @@ class Reembedder:
                 f" and the provider gives {dim} d under the same name: give the new vectors a"
                 " model name of their own"
             )
-        with conn.cursor(row_factory=dict_row) as cur:
-            run = cur.execute(self.store.q("reembed_run_current"), {"collection": collection}).fetchone()
-        if run is not None and run["target_model"] != model:
-            if run["status"] == "switched" or run["target_model"] == report.source_model:
-                # It switched the collection and was stopped before dropping: this run drops.
-                self._status(conn, int(run["id"]), "completed", None)
-            else:
-                self.warn(f"abandoning the unfinished re-embed of {collection!r}"
-                          f" to {run['target_model']!r}")
-                self._status(conn, int(run["id"]), "abandoned",
-                             f"superseded by a re-embed to {model!r}")
-            run = None
+        run = self._unfinished_run(conn, report)
         if report.source_model == model:  # switched already (maybe killed before the drop)
             report.status = "already"
             report.run_id = int(run["id"]) if run is not None else None
@@ -180,6 +169,24 @@ class Reembedder:
         self._status(conn, report.run_id, "switched", None)
         checkpoints.reach("reembed_after_switch")
         self._finish(conn, report, keep)
+
+    def _unfinished_run(self, conn: psycopg.Connection[Any],
+                        report: ReembedReport) -> dict[str, Any] | None:
+        """The collection's unfinished run toward the same model (resumed), once a run toward
+        another model is closed: completed when it had switched, else abandoned."""
+        collection, model = report.collection, report.target_model
+        with conn.cursor(row_factory=dict_row) as cur:
+            run = cur.execute(self.store.q("reembed_run_current"), {"collection": collection}).fetchone()
+        if run is None or run["target_model"] == model:
+            return run
+        if run["status"] == "switched" or run["target_model"] == report.source_model:
+            # It switched the collection and was stopped before dropping: this run drops.
+            self._status(conn, int(run["id"]), "completed", None)
+        else:
+            self.warn(f"abandoning the unfinished re-embed of {collection!r}"
+                      f" to {run['target_model']!r}")
+            self._status(conn, int(run["id"]), "abandoned", f"superseded by a re-embed to {model!r}")
+        return None
 
     def _embed_missing(self, conn: psycopg.Connection[Any], report: ReembedReport) -> None:
         """Page through the chunks lacking a target vector; embed each page, then add it."""

@@ -124,7 +124,25 @@ def _make_one(
             f"{name}.query_prefix/passage_prefix apply to openai and ollama only: a service"
             " speaking ragpg's /embed and the local model add the e5 prefixes themselves"
         )
-    api_key = _api_key(settings, name, environ)
+    if kind in ("http", "openai", "ollama"):
+        return _remote(kind, settings, name, _api_key(settings, name, environ))
+    if kind == "none":
+        return NoneEmbeddingProvider()
+    if kind == "local":
+        _check_local(settings, name)
+        return LocalEmbeddingProvider(batch_size=settings.batch_size)
+    ok, why = LocalEmbeddingProvider.available()
+    if ok or not auto_none:
+        _check_local(settings, name)
+        return LocalEmbeddingProvider(batch_size=settings.batch_size)
+    if warn is not None:
+        warn(f"local embedding model unavailable ({why}); using keyword-only search")
+    return NoneEmbeddingProvider()
+
+
+def _remote(kind: str, settings: EmbeddingSettings, name: str,
+            api_key: str | None) -> EmbeddingProvider:
+    """A provider over HTTP: ragpg's /embed protocol, OpenAI's or Ollama's."""
     egress = EgressPolicy(settings.allowed_hosts)
     if kind == "http":
         from rag_pg.embed.http import HttpEmbeddingProvider
@@ -158,18 +176,7 @@ def _make_one(
                 settings.url, send_dimensions=settings.send_dimensions, **common
             )
         return OllamaEmbeddingProvider(settings.url, **common)
-    if kind == "none":
-        return NoneEmbeddingProvider()
-    if kind == "local":
-        _check_local(settings, name)
-        return LocalEmbeddingProvider(batch_size=settings.batch_size)
-    ok, why = LocalEmbeddingProvider.available()
-    if ok or not auto_none:
-        _check_local(settings, name)
-        return LocalEmbeddingProvider(batch_size=settings.batch_size)
-    if warn is not None:
-        warn(f"local embedding model unavailable ({why}); using keyword-only search")
-    return NoneEmbeddingProvider()
+    raise AssertionError(f"not a remote provider: {kind}")
 
 
 def _api_key(settings: EmbeddingSettings, name: str, environ: Mapping[str, str]) -> str | None:

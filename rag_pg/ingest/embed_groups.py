@@ -12,9 +12,8 @@ import psycopg
 from rag_pg.config import EmbeddingSettings
 from rag_pg.embed.base import EmbeddingProvider
 from rag_pg.embed.batching import embed_all
-from rag_pg.errors import EmbeddingError
+from rag_pg.errors import DatabaseRefused, EmbeddingError
 from rag_pg.ingest import reuse
-from rag_pg.ingest.failures import raise_if_lost
 from rag_pg.models import FailedDocument, IngestReport
 from rag_pg.store import checkpoints
 from rag_pg.store.documents import PreparedDocument
@@ -86,8 +85,8 @@ class GroupEmbedder:
             try:
                 known.update(reuse.stored_vectors(conn, self.q, collection, model, missing,
                                                   after=self.reuse_after))
-            except psycopg.Error as exc:
-                raise_if_lost(conn, exc)  # else embed them: reuse only saves work
+            except DatabaseRefused:
+                pass  # embed them: reuse only saves work (a lost connection still stops the run)
         return known
 
     def embed(

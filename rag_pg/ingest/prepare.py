@@ -19,8 +19,7 @@ from typing import Any, TypeVar
 
 from rag_pg.config import Settings
 from rag_pg.embed.base import EmbeddingProvider
-from rag_pg.errors import RagError
-from rag_pg.ingest.failures import first_line
+from rag_pg.errors import RagError, first_line
 from rag_pg.models import SkippedFile
 from rag_pg.source import language
 from rag_pg.source import token_window as window

@@ -22,10 +22,9 @@ import psycopg
 
 from rag_pg.config import Settings
 from rag_pg.embed.base import EmbeddingProvider
-from rag_pg.errors import ConfigError, DocumentError, RagError
+from rag_pg.errors import ConfigError, DatabaseRefused, DocumentError, RagError, StoreError
 from rag_pg.ingest import parents, reuse
 from rag_pg.ingest.embed_groups import EmbeddedGroup, GroupEmbedder
-from rag_pg.ingest.failures import first_line, raise_if_lost
 from rag_pg.ingest.prepare import Failed, Preparer, Unchanged, read_ahead
 from rag_pg.models import FailedDocument, IngestReport, SkippedFile
 from rag_pg.source.chunk import Chunker
@@ -34,7 +33,7 @@ from rag_pg.source.markdown.sites import detect_style
 from rag_pg.source.walk import WalkRules
 from rag_pg.store import checkpoints, tenancy
 from rag_pg.store.db import ConnectionSource
-from rag_pg.store.documents import PreparedDocument, Store
+from rag_pg.store.documents import PreparedDocument, Store, StoredState
 from rag_pg.store.locks import collection_lock
 from rag_pg.store.runs import abort_stale_runs
 
@@ -55,6 +54,17 @@ ProgressFn = Callable[[str, dict[str, Any]], None]
 class _Pending:
     items: list[PreparedDocument] = field(default_factory=list)
     chunks: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class _Opened:
+    """What a run starts from (see :meth:`Ingestor._open`)."""
+
+    states: dict[str, StoredState]
+    model: str | None
+    dimension: int | None
+    defer_stats: bool  # a first load: its term statistics are counted once, at its end
+    defer_index: bool  # a first load: its HNSW index is built once, at its end
 
 
 class Ingestor:
@@ -104,8 +114,31 @@ class Ingestor:
         collection = collection or self.settings.collection
         report = IngestReport(source_root=root_key, collection=collection, dry_run=dry_run)
         self.chunker = self._chunker(root_path)
+        rules = self._walk_rules()
+        with self.source.connection() as conn, self._lock(conn, collection, dry_run):
+            opened = self._open(conn, collection, report, full=full, dry_run=dry_run)
+            status = "failed"
+            try:
+                seen = self._walk_and_write(conn, root_path, root_key, collection, rules,
+                                            opened.states, report, full=full, dry_run=dry_run,
+                                            model=opened.model)
+                if prune:
+                    self._prune(conn, collection, sorted(p for p in opened.states if p not in seen),
+                                report, dry_run=dry_run)
+                if not dry_run:
+                    parents.record_missing_parents(conn, self.store.schema, collection, report, seen)
+                status = "partial" if report.failures else "completed"
+            except (KeyboardInterrupt, SystemExit):
+                status = "aborted"  # interrupted or terminated: the run stopped, nothing failed
+                raise
+            finally:
+                self._close(conn, collection, opened, report, status, started, dry_run=dry_run)
+        self.progress("done", {"report": report})
+        return report
+
+    def _walk_rules(self) -> WalkRules:
         source = self.settings.source
-        rules = WalkRules(
+        return WalkRules(
             included_paths=source.included_paths,
             excluded_paths=source.excluded_paths,
             follow_symlinks=source.follow_symlinks,
@@ -114,88 +147,86 @@ class Ingestor:
             formats=DEFAULT_REGISTRY.resolve_formats(source.formats),
             max_document_bytes=source.max_document_bytes,
         )
-        with self.source.connection() as conn, self._lock(conn, collection, dry_run):
-            with conn.transaction() if tenancy.active() else nullcontext():  # names the tenant
-                states = self.store.document_states(conn, collection)
-                bound = (self.store.collection_model(conn, collection)
-                         if states and not dry_run else None)
-                # A first load counts its term statistics once at its end (rag_pg.store.term_stats);
-                # so does the run after a first load that was killed before counting them.
-                defer_stats = not dry_run and (
-                    not states or self.store.term_stats_pending(conn, collection))
-            bound_model, bound_dimension = bound or (None, None)
-            model: str | None
-            dimension: int | None
-            if bound_model is not None and self._model_needs_a_call():
-                # Documents stored with a bound model: "unchanged" is decided against it, and the
-                # service is asked for its model (a /health request) only when something must be
-                # written: a no-change run never contacts it. A swapped model behind the same URL
-                # is refused at the first changed document, or by the next search.
-                model, dimension = bound_model, bound_dimension
-                self._model_confirmed = False
-            else:
-                model, dimension = self.provider.model, self.provider.dimension
-                self._model_confirmed = True
-            # First bulk load of an empty collection: build the HNSW index once at the end
-            # (in memory, in bulk) rather than maintaining it on every insert.
-            defer_index = (not dry_run and not states and model is not None and dimension is not None
-                           and not self.store.vector_index_exists(conn, model))
-            if not dry_run and self._model_confirmed:
-                self.store.bind_model(conn, collection, model, dimension, create_index=not defer_index)
-            if defer_stats:
-                self.store.defer_term_stats(conn, collection)
-            elif dry_run:
-                with conn.transaction() if tenancy.active() else nullcontext():
-                    current_model, _ = self.store.collection_model(conn, collection) or (None, None)
-                if current_model and current_model != model:
-                    report.warnings.append(
-                        f"collection is indexed with {current_model!r}; configured model is {model!r}"
-                    )
-            if not dry_run:
-                self.embedder.reuse_after = reuse.chunk_watermark(conn, self.store.q) if full else 0
-                report.run_id = self.store.start_run(
-                    conn, source_root=root_key, collection=collection,
-                    mode="full" if full else "incremental", model=model,
+
+    def _open(self, conn: psycopg.Connection[Any], collection: str, report: IngestReport, *,
+              full: bool, dry_run: bool) -> _Opened:
+        """What the run starts from: the stored documents, the model to write with, what is
+        left for its end (term statistics, the vector index), and its ``ingest_run`` row."""
+        with conn.transaction() if tenancy.active() else nullcontext():  # names the tenant
+            states = self.store.document_states(conn, collection)
+            bound = (self.store.collection_model(conn, collection)
+                     if states and not dry_run else None)
+            # A first load counts its term statistics once at its end (rag_pg.store.term_stats);
+            # so does the run after a first load that was killed before counting them.
+            defer_stats = not dry_run and (
+                not states or self.store.term_stats_pending(conn, collection))
+        model, dimension = self._write_model(bound)
+        # First bulk load of an empty collection: build the HNSW index once at the end
+        # (in memory, in bulk) rather than maintaining it on every insert.
+        defer_index = (not dry_run and not states and model is not None and dimension is not None
+                       and not self.store.vector_index_exists(conn, model))
+        if not dry_run and self._model_confirmed:
+            self.store.bind_model(conn, collection, model, dimension, create_index=not defer_index)
+        if defer_stats:
+            self.store.defer_term_stats(conn, collection)
+        elif dry_run:
+            with conn.transaction() if tenancy.active() else nullcontext():
+                current_model, _ = self.store.collection_model(conn, collection) or (None, None)
+            if current_model and current_model != model:
+                report.warnings.append(
+                    f"collection is indexed with {current_model!r}; configured model is {model!r}"
                 )
-            status = "failed"
+        if not dry_run:
+            self.embedder.reuse_after = reuse.chunk_watermark(conn, self.store.q) if full else 0
+            report.run_id = self.store.start_run(
+                conn, source_root=report.source_root, collection=collection,
+                mode="full" if full else "incremental", model=model,
+            )
+        return _Opened(states, model, dimension, defer_stats, defer_index)
+
+    def _write_model(self, bound: tuple[str | None, int | None] | None) -> tuple[str | None, int | None]:
+        """The model and dimension documents are written with."""
+        bound_model, bound_dimension = bound or (None, None)
+        if bound_model is not None and self._model_needs_a_call():
+            # Documents stored with a bound model: "unchanged" is decided against it, and the
+            # service is asked for its model (a /health request) only when something must be
+            # written: a no-change run never contacts it. A swapped model behind the same URL
+            # is refused at the first changed document, or by the next search.
+            self._model_confirmed = False
+            return bound_model, bound_dimension
+        self._model_confirmed = True
+        return self.provider.model, self.provider.dimension
+
+    def _prune(self, conn: psycopg.Connection[Any], collection: str, gone: list[str],
+               report: IngestReport, *, dry_run: bool) -> None:
+        report.deleted = gone
+        if dry_run:
+            report.documents_deleted = len(gone)
+            return
+        report.documents_deleted, report.chunks_deleted = self.store.delete_documents(
+            conn, collection, gone)
+
+    def _close(self, conn: psycopg.Connection[Any], collection: str, opened: _Opened,
+               report: IngestReport, status: str, started: float, *, dry_run: bool) -> None:
+        """The run's end, whatever stopped it: what was left for it, then its row."""
+        if opened.defer_stats:
             try:
-                seen = self._walk_and_write(conn, root_path, root_key, collection, rules, states,
-                                            report, full=full, dry_run=dry_run, model=model)
-                if prune:
-                    gone = sorted(p for p in states if p not in seen)
-                    report.deleted = gone
-                    if not dry_run:
-                        docs, chunks = self.store.delete_documents(conn, collection, gone)
-                        report.documents_deleted, report.chunks_deleted = docs, chunks
-                    else:
-                        report.documents_deleted = len(gone)
-                if not dry_run:
-                    parents.record_missing_parents(conn, self.store.schema, collection, report, seen)
-                status = "partial" if report.failures else "completed"
-            except (KeyboardInterrupt, SystemExit):
-                status = "aborted"  # interrupted or terminated: the run stopped, nothing failed
-                raise
-            finally:
-                if defer_stats:
-                    try:
-                        self.store.rebuild_term_stats(conn, collection)
-                    except psycopg.Error:
-                        pass  # still pending: the next run rebuilds; searches do without meanwhile
-                if defer_index and model is not None and dimension is not None:
-                    try:
-                        self.store.ensure_vector_index(conn, model, dimension)
-                    except psycopg.Error:
-                        pass  # the next run creates it (IF NOT EXISTS); search is exact meanwhile
-                if not dry_run and changed_much(report, states):
-                    self.store.refresh_statistics(conn)
-                report.duration_seconds = time.monotonic() - started
-                if report.run_id is not None:
-                    try:
-                        self.store.finish_run(conn, report.run_id, status, report)
-                    except psycopg.Error:
-                        pass
-        self.progress("done", {"report": report})
-        return report
+                self.store.rebuild_term_stats(conn, collection)
+            except StoreError:
+                pass  # still pending: the next run rebuilds; searches do without meanwhile
+        if opened.defer_index and opened.model is not None and opened.dimension is not None:
+            try:
+                self.store.ensure_vector_index(conn, opened.model, opened.dimension)
+            except StoreError:
+                pass  # the next run creates it (IF NOT EXISTS); search is exact meanwhile
+        if not dry_run and changed_much(report, opened.states):
+            self.store.refresh_statistics(conn)
+        report.duration_seconds = time.monotonic() - started
+        if report.run_id is not None:
+            try:
+                self.store.finish_run(conn, report.run_id, status, report)
+            except StoreError:
+                pass  # the run's row stays 'running'; the next run marks it aborted
 
     # -- the walk --------------------------------------------------------------------------
 
@@ -314,17 +345,15 @@ class Ingestor:
         try:
             written = self.store.replace_documents(conn, collection, ready, model)
             self._count_written(report, ready, written)
-        except psycopg.Error as exc:
-            raise_if_lost(conn, exc)
+        except DatabaseRefused:
             for item in ready:  # isolate the document the database refused
                 try:
                     written = self.store.replace_documents(conn, collection, [item], model)
                     self._count_written(report, [item], written)
-                except psycopg.Error as error:
+                except DatabaseRefused as error:
                     # A limit of the server (a tsvector over 1 MB, a path longer than a btree
-                    # entry) is an OperationalError too, on a connection that is fine.
-                    raise_if_lost(conn, error)
-                    self._fail(report, item.document.path, f"database refused it: {first_line(error)}", "store")
+                    # entry), on a connection that is fine: that document fails alone.
+                    self._fail(report, item.document.path, str(error), "store")
         checkpoints.reach("after_write")
         if report.run_id is not None:
             self.store.record_progress(conn, report.run_id, report)

@@ -13,7 +13,13 @@ import psycopg
 
 from rag_pg.config import Settings
 from rag_pg.embed.base import EmbeddingProvider
-from rag_pg.errors import ConfigError, ExtensionUnavailable, NoVectors, SchemaMissing
+from rag_pg.errors import (
+    ConfigError,
+    ConnectionLost,
+    ExtensionUnavailable,
+    NoVectors,
+    SchemaMissing,
+)
 from rag_pg.models import Hit
 from rag_pg.search.bm25 import BM25Params
 from rag_pg.search.hits import Candidate, shape
@@ -32,7 +38,8 @@ from rag_pg.search.question import keyword_text
 from rag_pg.search.rerank import Reranker
 from rag_pg.search.statement import Searcher
 from rag_pg.store import records, tenancy
-from rag_pg.store.db import ConnectionSource, connection_lost, prepare, read_snapshot
+from rag_pg.store.boundary import database_errors
+from rag_pg.store.db import ConnectionSource, prepare, read_snapshot
 from rag_pg.store.vector_index import vector_kind
 
 
@@ -75,15 +82,17 @@ class SearchRunner:
         vectors = QueryVectors(self.provider, query)
         expected = (vectors.expect(required=chosen == "vector") if chosen != "keyword"
                     else CollectionInfo.expected(None, None))
+        schema = self.settings.database.schema
         try:
-            hits = self._search(vectors, expected, k, chosen, collection, use_rerank, options)
-        except psycopg.OperationalError as exc:
-            if not self.reads.owns_connections or not connection_lost(exc):
+            with database_errors(schema=schema):
+                return self._search(vectors, expected, k, chosen, collection, use_rerank, options)
+        except ConnectionLost:
+            if not self.reads.owns_connections:
                 raise
-            # The server went away under the connection (a restart, a failover): the pool
-            # replaces it, and a search, which writes nothing, is safe to run again once.
-            hits = self._search(vectors, expected, k, chosen, collection, use_rerank, options)
-        return hits
+        # The server went away under the connection (a restart, a failover): the pool
+        # replaces it, and a search, which writes nothing, is safe to run again once.
+        with database_errors(schema=schema):
+            return self._search(vectors, expected, k, chosen, collection, use_rerank, options)
 
 
     def _search(
@@ -130,10 +139,8 @@ class SearchRunner:
                 cur = self.searcher.execute(conn, plan)
             info = seen.fetchone()
             rows = cur.fetchall()
-        except (ExtensionUnavailable, psycopg.errors.UndefinedTable):
+        except ExtensionUnavailable:
             raise SchemaMissing.not_initialised(self.settings.database.schema) from None
-        except psycopg.errors.UndefinedColumn:
-            raise SchemaMissing.out_of_date(self.settings.database.schema) from None
         assert info is not None  # the statement always returns one row
         return rows, info
 

@@ -14,6 +14,7 @@ from psycopg.rows import dict_row
 
 from rag_pg.errors import SchemaMissing
 from rag_pg.store import records
+from rag_pg.store.boundary import database_errors
 from rag_pg.store.queries import Queries
 
 if TYPE_CHECKING:
@@ -24,7 +25,7 @@ MAX_RUNS = 100
 
 def _read(rag: RagPG, name: str, params: dict[str, Any]) -> list[dict[str, Any]]:
     q = Queries(rag.settings.database.schema)
-    with rag.reads.connection() as conn, conn.transaction():
+    with database_errors(schema=q.schema), rag.reads.connection() as conn, conn.transaction():
         if not records.table_exists(conn, q, "document"):
             raise SchemaMissing.not_initialised(q.schema)
         with conn.cursor(row_factory=dict_row) as cur:

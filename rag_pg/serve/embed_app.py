@@ -125,17 +125,8 @@ async def in_thread(work: Callable[[], T]) -> T:
     return await future
 
 
-def create_app(server: EmbedServer, *, ready: Callable[[], None]) -> FastAPI:
-    """The ASGI app serving ``server``; ``ready`` is called once the app has started."""
-
-    @asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        ready()
-        yield
-
-    app = FastAPI(title="ragpg embed-server", docs_url=None, redoc_url=None,
-                  openapi_url=None, lifespan=lifespan)
-
+def _problem_handlers(app: FastAPI) -> None:
+    """Every error answers as a problem document, never FastAPI's own shapes."""
     @app.exception_handler(HttpProblem)
     async def on_problem(request: Request, exc: HttpProblem) -> Response:
         return problem_response(request, exc)
@@ -149,16 +140,29 @@ def create_app(server: EmbedServer, *, ready: Callable[[], None]) -> FastAPI:
         message = "not found" if exc.status_code == 404 else str(exc.detail)
         return problem_response(request, HttpProblem(exc.status_code, message))
 
+
+async def _log_request(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+    response = await call_next(request)
+    client = request.client.host if request.client else "-"
+    # the request line and status only: never a body or a header
+    sys.stderr.write(f"{client} {request.method} {request.url.path} {response.status_code}\n")
+    return response
+
+
+def create_app(server: EmbedServer, *, ready: Callable[[], None]) -> FastAPI:
+    """The ASGI app serving ``server``; ``ready`` is called once the app has started."""
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        ready()
+        yield
+
+    app = FastAPI(title="ragpg embed-server", docs_url=None, redoc_url=None,
+                  openapi_url=None, lifespan=lifespan)
+
+    _problem_handlers(app)
     if server.verbose:
-        @app.middleware("http")
-        async def log_request(request: Request,
-                              call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-            response = await call_next(request)
-            client = request.client.host if request.client else "-"
-            # the request line and status only: never a body or a header
-            sys.stderr.write(f"{client} {request.method} {request.url.path}"
-                             f" {response.status_code}\n")
-            return response
+        app.middleware("http")(_log_request)
 
     # One refresh at a time: a burst of probes on a stale answer starts one backend call (and
     # one thread), not one each.

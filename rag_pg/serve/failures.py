@@ -16,9 +16,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import unquote
-
-import psycopg
 
 from rag_pg.config import Settings
 from rag_pg.errors import (
@@ -30,6 +27,7 @@ from rag_pg.errors import (
     StoreError,
 )
 from rag_pg.serve.rules import Busy, InvalidRequest, NotFound, RequestTimeout
+from rag_pg.store.db import dsn_passwords
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,8 +77,6 @@ def classify(exc: BaseException, secrets: Secrets | None = None) -> Failure:
         if exc.kind == "unavailable":
             return Failure(503, "embedding_unavailable", msg(exc))
         return Failure(502, "embedding_malformed", msg(exc))
-    if isinstance(exc, psycopg.OperationalError):
-        return Failure(503, "database_unavailable", f"database unavailable: {msg(exc)}")
     return Failure(500, "internal", "internal error; the server log has the details")
 
 
@@ -101,7 +97,7 @@ class Secrets:
     def from_settings(cls, settings: Settings, extra: Iterable[str | None] = ()) -> Secrets:
         values: list[str | None] = [settings.server.token, *extra]
         if settings.database.url:
-            values += _password_of(settings.database.url)
+            values += dsn_passwords(settings.database.url)
         return cls(values)
 
     def scrub(self, text: str) -> str:
@@ -109,25 +105,6 @@ class Secrets:
             if value in text:
                 text = text.replace(value, "***")
         return text
-
-
-def _password_of(url: str) -> list[str]:
-    """The password of a DSN, both as written (maybe percent-encoded) and decoded."""
-    found: list[str] = []
-    try:
-        from psycopg.conninfo import conninfo_to_dict
-
-        password = conninfo_to_dict(url).get("password")
-        if password:
-            found.append(str(password))
-    except psycopg.Error:
-        pass
-    if "://" in url and "@" in url.split("://", 1)[1].split("/", 1)[0]:
-        creds = url.split("://", 1)[1].split("/", 1)[0].rsplit("@", 1)[0]
-        if ":" in creds:
-            raw = creds.split(":", 1)[1]
-            found += [raw, unquote(raw)]
-    return found
 
 
 # -- logging -------------------------------------------------------------------------------------

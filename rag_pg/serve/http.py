@@ -117,27 +117,55 @@ def create_app(rag: RagPG, settings: Settings, *, secrets: Secrets | None = None
     )
     app.state.gate = gate
     app.add_middleware(Guard, token=token, max_body=limits.max_body_bytes, secrets=secrets, log=log)
+    answer = _Answers(limits, gate, secrets, log)
+    _error_handlers(app, secrets)
+    _page_routes(app)
+    _index_routes(app, rag, answer)
+    _search_routes(app, rag, answer, limits, settings)
+    _document_routes(app, rag, answer, settings)
 
-    def failure_response(exc: BaseException) -> JSONResponse:
-        failure = classify(exc, secrets)
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            schema = get_openapi(title=app.title, version=app.version, summary=app.summary,
+                                 description=app.description, routes=app.routes)
+            _state_limits(schema, limits, token is not None)
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+    return app
+
+
+class _Answers:
+    """Runs a route's work within the service's limits and turns its failure into the answer
+    the API documents (logged when it is the server's)."""
+
+    def __init__(self, limits: Limits, gate: ModelGate, secrets: Secrets, log: logging.Logger):
+        self.limits, self.gate, self.secrets, self.log = limits, gate, secrets, log
+
+    def failure(self, exc: BaseException) -> JSONResponse:
+        failure = classify(exc, self.secrets)
         if failure.status >= 500:
-            log_event(log, logging.WARNING if failure.status != 500 else logging.ERROR, failure.message,
-                 event="failure", error=failure.code)
+            log_event(self.log, logging.WARNING if failure.status != 500 else logging.ERROR,
+                      failure.message, event="failure", error=failure.code)
             if failure.status == 500:
-                log.error("unexpected error", exc_info=exc, extra={"fields": {"event": "error"}})
+                self.log.error("unexpected error", exc_info=exc, extra={"fields": {"event": "error"}})
         headers = {"Retry-After": "1"} if failure.code == "embedding_busy" else None
         return JSONResponse(failure.to_dict(), status_code=failure.status, headers=headers)
 
-    async def answer(fn: Callable[[], Any], not_found: str | None = None, *,
-                     model: bool = False) -> JSONResponse:
+    async def __call__(self, fn: Callable[[], Any], not_found: str | None = None, *,
+                       model: bool = False) -> JSONResponse:
         try:
-            data = await call_limited(fn, limits, gate if model else None)
+            data = await call_limited(fn, self.limits, self.gate if model else None)
         except Exception as exc:
-            return failure_response(exc)
+            return self.failure(exc)
         if data is None and not_found is not None:
-            return JSONResponse({"error": "not_found", "message": secrets.scrub(not_found)}, status_code=404)
+            return JSONResponse({"error": "not_found", "message": self.secrets.scrub(not_found)},
+                                status_code=404)
         return JSONResponse(data)
 
+
+def _error_handlers(app: FastAPI, secrets: Secrets) -> None:
     @app.exception_handler(RequestValidationError)
     async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
         errors = exc.errors()
@@ -159,6 +187,8 @@ def create_app(rag: RagPG, settings: Settings, *, secrets: Secrets | None = None
         return JSONResponse({"error": codes.get(exc.status_code, "http_error"), "message": str(exc.detail)},
                             status_code=exc.status_code, headers=exc.headers)
 
+
+def _page_routes(app: FastAPI) -> None:
     @app.get("/", include_in_schema=False)
     async def page() -> FileResponse:
         """The inspection page: static HTML whose script reads this API with the token it asks for."""
@@ -172,6 +202,8 @@ def create_app(rag: RagPG, settings: Settings, *, secrets: Secrets | None = None
         """Liveness: the server answers. Open to everyone; says nothing about the index."""
         return JSONResponse({"status": "ok"})
 
+
+def _index_routes(app: FastAPI, rag: RagPG, answer: _Answers) -> None:
     @app.get("/stats", tags=["index"], responses=errors(401, 404, 422, 503, 504))
     async def stats(
         collection: str | None = Query(None, min_length=1, max_length=MAX_NAME_CHARS),
@@ -193,6 +225,9 @@ def create_app(rag: RagPG, settings: Settings, *, secrets: Secrets | None = None
         """The latest ingest runs: status, counts and per-document errors."""
         return await answer(lambda: fetch_runs(rag, collection, limit))
 
+
+def _search_routes(app: FastAPI, rag: RagPG, answer: _Answers, limits: Limits,
+                   settings: Settings) -> None:
     @app.post("/search", response_model=ExplainedSearchOut, tags=["search"],
               responses=errors(401, 404, 413, 422, 503, 504))
     async def search(body: SearchRequest) -> JSONResponse:
@@ -217,6 +252,8 @@ def create_app(rag: RagPG, settings: Settings, *, secrets: Secrets | None = None
         """
         return await answer(lambda: locate(rag, body, limits), model=needs_model(body, settings))
 
+
+def _document_routes(app: FastAPI, rag: RagPG, answer: _Answers, settings: Settings) -> None:
     @app.get("/documents/{document_id}", response_model=DocumentOut, tags=["documents"],
              responses=errors(401, 404, 422, 503, 504))
     async def document_by_id(document_id: int = Path(ge=1, le=MAX_ID)) -> JSONResponse:
@@ -236,17 +273,6 @@ def create_app(rag: RagPG, settings: Settings, *, secrets: Secrets | None = None
             lambda: fetch_document(rag, path=path, collection=collection),
             not_found=f"no document {path!r} in collection {collection or settings.collection!r}",
         )
-
-    def openapi() -> dict[str, Any]:
-        if app.openapi_schema is None:
-            schema = get_openapi(title=app.title, version=app.version, summary=app.summary,
-                                 description=app.description, routes=app.routes)
-            _state_limits(schema, limits, token is not None)
-            app.openapi_schema = schema
-        return app.openapi_schema
-
-    app.openapi = openapi  # type: ignore[method-assign]
-    return app
 
 
 def _state_limits(schema: dict[str, Any], limits: Limits, secured: bool) -> None:

@@ -13,7 +13,7 @@ their descriptions are built from this factory's locals.
 """
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeVar
 
 import anyio
@@ -137,6 +137,39 @@ def create_server(rag: "RagPG", settings: Settings, *, secrets: Secrets | None =
                 log_event(log, logging.WARNING, failure.message, event="failure", error=failure.code)
             raise ToolError(f"{failure.code}: {failure.message}") from None
 
+    search = _search_tool(rag, settings, limits, guarded)
+    get_document = _document_tool(rag, settings, guarded)
+    server.add_tool(
+        search, name="search", title="Search the documents", annotations=read_only,
+        description=(
+            "Find the passages of the indexed Markdown documents that best answer a question, best"
+            " first. Returns {hits: [...], count}; each hit has `content` (the passage text), `path`"
+            " (file, relative to the corpus root), `title` (document title), `section` (heading),"
+            " `anchor` (heading slug), `position` (chunk number in the document), `score` (higher is"
+            " better), `ranks`/`scores` per retriever, and `cite` = \"path#anchor\". Answer from"
+            " `content` only and cite each passage you use as [path#anchor]. An empty list means"
+            " nothing matched: say so instead of guessing. To read around a hit, call get_document"
+            f" with its `path`. Limits: query 1-{limits.max_query_chars} characters, k 1-{limits.max_k}."
+        ),
+    )
+    server.add_tool(
+        get_document, name="get_document", title="Read one document", annotations=read_only,
+        description=(
+            "Fetch one indexed document by its path (the `path` of a search hit) with all its"
+            " chunks in reading order. Returns the document (`id`, `path`, `title`, `front_matter`,"
+            " `content_hash`, `indexed_at`, ...) and `chunks`: [{position, section, anchor, content,"
+            " cite}], where `cite` = \"path#anchor\" is how to cite that passage. Fails with"
+            " not_found when no document has that path in the collection."
+        ),
+    )
+    return server
+
+
+Guarded = Callable[..., Awaitable[Any]]
+
+
+def _search_tool(rag: "RagPG", settings: Settings, limits: Limits,
+                 guarded: Guarded) -> Callable[..., Awaitable[dict[str, Any]]]:
     async def search(
         query: Annotated[str, Field(description=(
             f"The question or keywords, in the language of the documents (1-{limits.max_query_chars}"
@@ -164,6 +197,11 @@ def create_server(rag: "RagPG", settings: Settings, *, secrets: Secrets | None =
             hit["cite"] = cite(hit["path"], hit["anchor"])
         return {"hits": hits, "count": len(hits)}
 
+    return search
+
+
+def _document_tool(rag: "RagPG", settings: Settings,
+                   guarded: Guarded) -> Callable[..., Awaitable[dict[str, Any]]]:
     async def get_document(
         path: Annotated[str, Field(description=(
             f"The document's path, exactly as a search hit's `path` gives it (at most {MAX_PATH_CHARS}"
@@ -171,7 +209,8 @@ def create_server(rag: "RagPG", settings: Settings, *, secrets: Secrets | None =
         collection: Annotated[str | None, Field(
             description="Collection (workspace); default from settings.")] = None,
     ) -> dict[str, Any]:
-        doc = await guarded(lambda: fetch_document(rag, path=path, collection=collection))
+        doc: dict[str, Any] | None = await guarded(
+            lambda: fetch_document(rag, path=path, collection=collection))
         if doc is None:
             raise ToolError(
                 f"not_found: no document {path!r} in collection {collection or settings.collection!r};"
@@ -181,30 +220,7 @@ def create_server(rag: "RagPG", settings: Settings, *, secrets: Secrets | None =
             chunk["cite"] = cite(doc["path"], chunk["anchor"])
         return doc
 
-    server.add_tool(
-        search, name="search", title="Search the documents", annotations=read_only,
-        description=(
-            "Find the passages of the indexed Markdown documents that best answer a question, best"
-            " first. Returns {hits: [...], count}; each hit has `content` (the passage text), `path`"
-            " (file, relative to the corpus root), `title` (document title), `section` (heading),"
-            " `anchor` (heading slug), `position` (chunk number in the document), `score` (higher is"
-            " better), `ranks`/`scores` per retriever, and `cite` = \"path#anchor\". Answer from"
-            " `content` only and cite each passage you use as [path#anchor]. An empty list means"
-            " nothing matched: say so instead of guessing. To read around a hit, call get_document"
-            f" with its `path`. Limits: query 1-{limits.max_query_chars} characters, k 1-{limits.max_k}."
-        ),
-    )
-    server.add_tool(
-        get_document, name="get_document", title="Read one document", annotations=read_only,
-        description=(
-            "Fetch one indexed document by its path (the `path` of a search hit) with all its"
-            " chunks in reading order. Returns the document (`id`, `path`, `title`, `front_matter`,"
-            " `content_hash`, `indexed_at`, ...) and `chunks`: [{position, section, anchor, content,"
-            " cite}], where `cite` = \"path#anchor\" is how to cite that passage. Fails with"
-            " not_found when no document has that path in the collection."
-        ),
-    )
-    return server
+    return get_document
 
 
 __all__ = ["INSTRUCTIONS", "StrictArguments", "check_arguments", "cite", "create_server", "run_stdio"]

@@ -8,6 +8,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, TypeVar, Union
+from urllib.parse import unquote
 
 import psycopg
 from pgvector.psycopg import register_vector
@@ -426,3 +427,20 @@ def connection_lost(exc: psycopg.OperationalError) -> bool:
     """The server closed or restarted under the connection (not a timeout or a lock error)."""
     state = exc.sqlstate
     return state is None or state.startswith("08") or state in ("57P01", "57P02", "57P03")
+
+
+def dsn_passwords(url: str) -> list[str]:
+    """The password of a DSN, both as written (maybe percent-encoded) and decoded."""
+    found: list[str] = []
+    try:
+        password = conninfo_to_dict(url).get("password")
+        if password:
+            found.append(str(password))
+    except psycopg.Error:
+        pass
+    if "://" in url and "@" in url.split("://", 1)[1].split("/", 1)[0]:
+        creds = url.split("://", 1)[1].split("/", 1)[0].rsplit("@", 1)[0]
+        if ":" in creds:
+            raw = creds.split(":", 1)[1]
+            found += [raw, unquote(raw)]
+    return found

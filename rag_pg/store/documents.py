@@ -21,6 +21,7 @@ from rag_pg.errors import DimensionMismatch, StoreError
 from rag_pg.models import Chunk, Document
 from rag_pg.source import markdown as markdown_parser
 from rag_pg.store import retry, tenancy
+from rag_pg.store.boundary import translated
 from rag_pg.store.queries import Queries
 from rag_pg.store.runs import RunLog
 from rag_pg.store.term_stats import TermStatistics
@@ -143,6 +144,7 @@ class Store(VectorIndexes, RunLog, TermStatistics):
 
     # -- writes ------------------------------------------------------------------------
 
+    @translated
     def replace_documents(
         self,
         conn: psycopg.Connection[Any],
@@ -171,88 +173,79 @@ class Store(VectorIndexes, RunLog, TermStatistics):
         prepared: Sequence[PreparedDocument],
         model: str | None,
     ) -> int:
-        written = 0
-        with conn.transaction():
-            ids: list[int] = []
-            with conn.cursor(row_factory=scalar_row) as cur:
-                # One pipelined batch for the group's documents, not a round trip each.
-                cur.executemany(
-                    self.q("document_upsert"),
-                    [
-                        {
-                            "collection": collection,
-                            "path": p.document.path,
-                            "title": p.document.title,
-                            "content_hash": p.document.content_hash,
-                            "front_matter": Jsonb(p.document.front_matter),
-                            "parent_path": p.document.parent_path,
-                            "level": p.document.level,
-                            "node_type": p.document.node_type,
-                            "embed": p.document.embed,
-                            "language": p.language,
-                            "fingerprint": p.fingerprint,
-                            "chunk_count": len(p.chunks),
-                            "token_count": p.token_count,
-                            "source_root": p.source_root,
-                        }
-                        for p in prepared
-                    ],
-                    returning=True,
-                )
-                for _ in prepared:  # one result set per document, in order
-                    document_id = cur.fetchone()
-                    assert document_id is not None
-                    ids.append(int(document_id))
-                    cur.nextset()
-                cur.execute(
-                    self.q("chunks_delete_for_documents"), {"collection": collection, "ids": ids}
-                )
-                total = sum(len(p.chunks) for p in prepared)
-                if total == 0:
-                    return 0
-                cur.execute(
-                    self.q("chunk_ids_allocate"), {"table": self.q.table("chunk"), "n": total}
-                )
-                chunk_ids = [int(i) for i in cur.fetchall()]
-                # Acting for a tenant, the tables are under row-level security: staged COPY.
-                stage = "_stage" if tenancy.active() is not None else ""
-                if stage:
-                    cur.execute(self.q("chunk_stage_create"))
-                with cur.copy(self.q(f"chunk{stage}_copy")) as copy:
-                    i = 0
-                    for doc_id, p in zip(ids, prepared, strict=True):
-                        config = self.q.config(p.language)
-                        for c in p.chunks:
-                            copy.write_row(
-                                (
-                                    chunk_ids[i], doc_id, collection, c.position, c.section,
-                                    c.anchor,
-                                    c.content, c.token_count, c.content_hash, config,
-                                    c.line_start, c.line_end,
-                                )
-                            )
-                            i += 1
-                if stage:
-                    cur.execute(self.q("chunk_stage_insert"))
-                    cur.execute(self.q("chunk_stage_clear"))
-                written = total
-                if model is not None and any(p.vectors is not None for p in prepared):
-                    if stage:
-                        cur.execute(self.q("vector_stage_create"))
-                    with cur.copy(self.q(f"vector{stage}_copy")) as copy:
-                        copy.set_types(["bigint", "text", "text", "vector"])
-                        i = 0
-                        for p in prepared:
-                            if p.vectors is None:
-                                i += len(p.chunks)
-                                continue
-                            for vec in p.vectors:
-                                copy.write_row((chunk_ids[i], collection, model, vec))
-                                i += 1
-                    if stage:
-                        cur.execute(self.q("vector_stage_insert"))
-                        cur.execute(self.q("vector_stage_clear"))
-        return written
+        with conn.transaction(), conn.cursor(row_factory=scalar_row) as cur:
+            ids = self._upsert_documents(cur, collection, prepared)
+            cur.execute(self.q("chunks_delete_for_documents"), {"collection": collection, "ids": ids})
+            total = sum(len(p.chunks) for p in prepared)
+            if total == 0:
+                return 0
+            cur.execute(self.q("chunk_ids_allocate"), {"table": self.q.table("chunk"), "n": total})
+            chunk_ids = [int(i) for i in cur.fetchall()]
+            # Acting for a tenant, the tables are under row-level security: staged COPY.
+            staged = tenancy.active() is not None
+            self._copy_chunks(cur, collection, prepared, ids, chunk_ids, staged=staged)
+            if model is not None and any(p.vectors is not None for p in prepared):
+                self._copy_vectors(cur, collection, prepared, chunk_ids, model, staged=staged)
+        return total
+
+    def _upsert_documents(self, cur: psycopg.Cursor[Any], collection: str,
+                          prepared: Sequence[PreparedDocument]) -> list[int]:
+        """The documents' rows, in one pipelined batch (not a round trip each); their ids."""
+        cur.executemany(self.q("document_upsert"), [{
+            "collection": collection, "path": p.document.path, "title": p.document.title,
+            "content_hash": p.document.content_hash,
+            "front_matter": Jsonb(p.document.front_matter),
+            "parent_path": p.document.parent_path, "level": p.document.level,
+            "node_type": p.document.node_type, "embed": p.document.embed,
+            "language": p.language, "fingerprint": p.fingerprint,
+            "chunk_count": len(p.chunks), "token_count": p.token_count,
+            "source_root": p.source_root,
+        } for p in prepared], returning=True)
+        ids: list[int] = []
+        for _ in prepared:  # one result set per document, in order
+            document_id = cur.fetchone()
+            assert document_id is not None
+            ids.append(int(document_id))
+            cur.nextset()
+        return ids
+
+    def _copy_chunks(self, cur: psycopg.Cursor[Any], collection: str,
+                     prepared: Sequence[PreparedDocument], ids: list[int], chunk_ids: list[int],
+                     *, staged: bool) -> None:
+        stage = "_stage" if staged else ""
+        if staged:
+            cur.execute(self.q("chunk_stage_create"))
+        with cur.copy(self.q(f"chunk{stage}_copy")) as copy:
+            chunk_id = iter(chunk_ids)
+            for doc_id, p in zip(ids, prepared, strict=True):
+                config = self.q.config(p.language)
+                for c in p.chunks:
+                    copy.write_row((next(chunk_id), doc_id, collection, c.position, c.section,
+                                    c.anchor, c.content, c.token_count, c.content_hash, config,
+                                    c.line_start, c.line_end))
+        if staged:
+            cur.execute(self.q("chunk_stage_insert"))
+            cur.execute(self.q("chunk_stage_clear"))
+
+    def _copy_vectors(self, cur: psycopg.Cursor[Any], collection: str,
+                      prepared: Sequence[PreparedDocument], chunk_ids: list[int], model: str,
+                      *, staged: bool) -> None:
+        stage = "_stage" if staged else ""
+        if staged:
+            cur.execute(self.q("vector_stage_create"))
+        with cur.copy(self.q(f"vector{stage}_copy")) as copy:
+            copy.set_types(["bigint", "text", "text", "vector"])
+            i = 0
+            for p in prepared:
+                if p.vectors is None:
+                    i += len(p.chunks)
+                    continue
+                for vec in p.vectors:
+                    copy.write_row((chunk_ids[i], collection, model, vec))
+                    i += 1
+        if staged:
+            cur.execute(self.q("vector_stage_insert"))
+            cur.execute(self.q("vector_stage_clear"))
 
     def delete_documents(
         self, conn: psycopg.Connection[Any], collection: str, paths: Sequence[str]

@@ -145,53 +145,14 @@ def create_reader(
     if password is not None and (password == "" or "\x00" in password):
         raise ConfigError("the password is empty or contains a NUL character")
     role = sql.Identifier(name)
-    nsp = sql.Identifier(schema)
     try:
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_ROLES_LOCK,))
             database = _check_schema(conn, schema)
             created = _ensure_role(conn, name, schema, role, connection_limit)
             _set_password(conn, name, role, password)
-            for setting, value in (
-                ("statement_timeout", timeout),
-                ("default_transaction_read_only", "on"),
-            ):
-                conn.execute(
-                    sql.SQL("ALTER ROLE {} SET {} = {}").format(
-                        role, sql.Identifier(setting), sql.Literal(value)
-                    )
-                )
-            for kind in ("TABLES", "SEQUENCES", "ROUTINES"):
-                conn.execute(
-                    sql.SQL("REVOKE ALL ON ALL {} IN SCHEMA {} FROM {}").format(
-                        sql.SQL(kind), nsp, role
-                    )
-                )
-            conn.execute(sql.SQL("REVOKE ALL ON SCHEMA {} FROM {}").format(nsp, role))
-            with conn.cursor(row_factory=dict_row) as cur:
-                can_connect = cur.execute(
-                    "SELECT has_database_privilege(%s, current_database(), 'CONNECT') AS allowed",
-                    (name,),
-                ).fetchone()
-            if not (can_connect and can_connect["allowed"]):
-                # PUBLIC's default CONNECT was revoked: grant it to this role alone.
-                conn.execute(
-                    sql.SQL("GRANT CONNECT ON DATABASE {} TO {}").format(
-                        sql.Identifier(database), role
-                    )
-                )
-            conn.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(nsp, role))
+            _grant_reading(conn, name, schema, database, timeout)
             _bind(conn, schema, name, tenant)
-            for view in PUBLISHED_VIEWS:
-                conn.execute(
-                    sql.SQL("GRANT SELECT ON {}.{} TO {}").format(nsp, sql.Identifier(view), role)
-                )
-            for function, args in PUBLISHED_FUNCTIONS:
-                conn.execute(
-                    sql.SQL("GRANT EXECUTE ON FUNCTION {}.{}({}) TO {}").format(
-                        nsp, sql.Identifier(function), sql.SQL(args), role
-                    )
-                )
     except psycopg.errors.InsufficientPrivilege as exc:
         raise StoreError(
             f"not allowed to create role {name!r} or grant on schema {schema!r}: run this as a"
@@ -212,6 +173,35 @@ def create_reader(
         password_set=password is not None,
         tenant=tenant,
     )
+
+
+def _grant_reading(conn: psycopg.Connection[Any], name: str, schema: str, database: str,
+                   timeout: str) -> None:
+    """Exactly a reader's rights, whatever the role held before: read-only sessions with a
+    statement timeout, SELECT on the published views, EXECUTE on the published functions."""
+    role, nsp = sql.Identifier(name), sql.Identifier(schema)
+    for setting, value in (("statement_timeout", timeout), ("default_transaction_read_only", "on")):
+        conn.execute(sql.SQL("ALTER ROLE {} SET {} = {}").format(
+            role, sql.Identifier(setting), sql.Literal(value)))
+    for kind in ("TABLES", "SEQUENCES", "ROUTINES"):
+        conn.execute(sql.SQL("REVOKE ALL ON ALL {} IN SCHEMA {} FROM {}").format(
+            sql.SQL(kind), nsp, role))
+    conn.execute(sql.SQL("REVOKE ALL ON SCHEMA {} FROM {}").format(nsp, role))
+    with conn.cursor(row_factory=dict_row) as cur:
+        can_connect = cur.execute(
+            "SELECT has_database_privilege(%s, current_database(), 'CONNECT') AS allowed",
+            (name,),
+        ).fetchone()
+    if not (can_connect and can_connect["allowed"]):
+        # PUBLIC's default CONNECT was revoked: grant it to this role alone.
+        conn.execute(sql.SQL("GRANT CONNECT ON DATABASE {} TO {}").format(
+            sql.Identifier(database), role))
+    conn.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(nsp, role))
+    for view in PUBLISHED_VIEWS:
+        conn.execute(sql.SQL("GRANT SELECT ON {}.{} TO {}").format(nsp, sql.Identifier(view), role))
+    for function, args in PUBLISHED_FUNCTIONS:
+        conn.execute(sql.SQL("GRANT EXECUTE ON FUNCTION {}.{}({}) TO {}").format(
+            nsp, sql.Identifier(function), sql.SQL(args), role))
 
 
 def create_runtime(

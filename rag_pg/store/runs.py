@@ -11,6 +11,7 @@ from psycopg.rows import scalar_row
 from psycopg.types.json import Jsonb
 
 from rag_pg.models import IngestReport
+from rag_pg.store.boundary import translated
 from rag_pg.store.queries import Queries
 
 # Runs of the collection still marked running once its lock is ours: their process died
@@ -34,6 +35,7 @@ class RunLog:
     schema: str
     q: Queries
 
+    @translated
     def start_run(
         self, conn: psycopg.Connection[Any], *, source_root: str, collection: str, mode: str,
         model: str | None,
@@ -46,6 +48,7 @@ class RunLog:
         assert run_id is not None
         return int(run_id)
 
+    @translated
     def record_progress(self, conn: psycopg.Connection[Any], run_id: int, report: IngestReport) -> None:
         """The run's counters so far, in its row (one short transaction per write group)."""
         with conn.transaction():
@@ -56,6 +59,7 @@ class RunLog:
                 "calls": report.embedding_calls, "tokens": report.tokens_embedded,
             })
 
+    @translated
     def finish_run(self, conn: psycopg.Connection[Any], run_id: int, status: str, report: Any) -> None:
         # Warnings (a front-matter value dropped, ...) are kept beside the failures: a BI reader
         # of ingest_runs_v sees what a run left out, not only what it could not index.

@@ -18,6 +18,7 @@ import psycopg
 from psycopg.rows import scalar_row
 
 from rag_pg.errors import SchemaMissing
+from rag_pg.store.boundary import translated
 from rag_pg.store.queries import Queries
 
 _REBUILD = ("term_stats_memory", "term_stats_drop", "chunk_stats_drop", "term_stats_count", "chunk_stats_count",
@@ -42,6 +43,7 @@ class TermStatistics:
         with conn.transaction():
             conn.execute(self.q("term_stats_defer"), {"collection": collection})
 
+    @translated
     def rebuild_term_stats(self, conn: psycopg.Connection[Any], collection: str) -> None:
         """Count the collection's statistics from its chunks and clear the mark, atomically."""
         params = {"collection": collection}

@@ -10,6 +10,7 @@ from psycopg import sql
 from psycopg.rows import scalar_row
 
 from rag_pg.config import IndexSettings
+from rag_pg.store.boundary import translated
 from rag_pg.store.queries import Queries
 
 HALFVEC_THRESHOLD = 2000  # pgvector's HNSW limit for vector; above it the index uses halfvec
@@ -52,6 +53,7 @@ class VectorIndexes:
             model=sql.Literal(model),
         )
 
+    @translated
     def ensure_vector_index(self, conn: psycopg.Connection[Any], model: str, dimension: int) -> None:
         """A partial HNSW index per model on the typed cast of the untyped column, built with
         ``[index]``'s parameters (an existing one is kept as it is).

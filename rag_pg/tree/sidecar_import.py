@@ -24,7 +24,14 @@ from typing import Any
 
 import psycopg
 
-from rag_pg.errors import ConfigError, DimensionMismatch, SidecarError, StoreError
+from rag_pg.errors import (
+    ConfigError,
+    DatabaseRefused,
+    DimensionMismatch,
+    SidecarError,
+    StoreError,
+    first_line,
+)
 from rag_pg.models import Chunk, Document, FailedDocument, IngestReport, SkippedFile
 from rag_pg.source import language
 from rag_pg.source.markdown.sites import detect_style
@@ -114,7 +121,7 @@ def import_sidecars(
                 report.duration_seconds = time.monotonic() - started
                 try:
                     store.finish_run(conn, report.run_id, status, report)
-                except psycopg.Error:
+                except StoreError:
                     pass
     return report
 
@@ -169,10 +176,9 @@ def _import_all(
             continue
         try:
             written = store.replace_documents(conn, collection, [prepared], write_model)
-        except psycopg.OperationalError as exc:
-            raise StoreError(f"database connection lost while importing: {_first_line(exc)}") from None
-        except (psycopg.Error, DimensionMismatch) as exc:
-            _fail(report, item.path, f"database refused it: {_first_line(exc)}", "store")
+        except (DatabaseRefused, DimensionMismatch) as exc:
+            _fail(report, item.path, str(exc) if isinstance(exc, DatabaseRefused)
+                  else f"the database refused it: {first_line(exc)}", "store")
             continue
         (report.changed if stored is not None else report.added).append(item.path)
         report.documents_indexed += 1
@@ -248,7 +254,3 @@ def _fail(report: IngestReport, path: str, message: str, kind: str) -> None:
     report.failures.append(FailedDocument(path=path, error=message, kind=kind))
     report.documents_failed += 1
 
-
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else type(exc).__name__
