@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from psycopg.rows import scalar_row
 
 from rag_pg import RagPG, Settings
-from rag_pg.errors import ConfigError
+from rag_pg.errors import ConfigError, ConnectionLost, DatabaseRefused
 from rag_pg.search.plan import SearchPlan
 from rag_pg.search.statement import Searcher
 from rag_pg.store.db import prepare
@@ -298,7 +298,8 @@ def test_a_search_survives_its_pooled_connection_being_killed(rag, db_url):
 
 def test_a_search_is_retried_once_when_its_connection_is_lost_and_not_more(rag, monkeypatch):
     """A lost connection (no SQLSTATE, as when the server goes away) is retried once on
-    another lend; a second loss reaches the caller; an error of the statement is not retried."""
+    another lend; a second loss reaches the caller; an error of the statement is not retried.
+    Both reach the caller as ragpg's errors, never psycopg's."""
     real = rag.searcher.send_collection
     calls: list[int] = []
 
@@ -315,14 +316,14 @@ def test_a_search_is_retried_once_when_its_connection_is_lost_and_not_more(rag, 
     assert [h.chunk_id for h in rag.search("marmotte", 3)] == expected and len(calls) == 2
     calls.clear()
     monkeypatch.setattr(rag.searcher, "send_collection", lost(2, psycopg.OperationalError("gone")))
-    with pytest.raises(psycopg.OperationalError, match="gone"):
+    with pytest.raises(ConnectionLost, match="gone"):
         rag.search("marmotte", 3)
     assert len(calls) == 2
     calls.clear()
     monkeypatch.setattr(rag.searcher, "send_collection", lost(1, psycopg.errors.LockNotAvailable("lock")))
-    with pytest.raises(psycopg.errors.LockNotAvailable):
+    with pytest.raises(DatabaseRefused, match="lock") as refused:
         rag.search("marmotte", 3)
-    assert len(calls) == 1
+    assert refused.value.sqlstate == "55P03" and len(calls) == 1
     assert [h.chunk_id for h in rag.search("marmotte", 3)] == expected  # the pool is still whole
 
 
