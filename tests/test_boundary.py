@@ -24,7 +24,7 @@ def test_each_error_becomes_its_kind() -> None:
                       ConnectionLost)
     refused = translate(psycopg.errors.LockNotAvailable("could not obtain lock\nDETAIL: ..."))
     assert isinstance(refused, DatabaseRefused) and refused.sqlstate == "55P03"
-    assert str(refused) == "the database refused it: could not obtain lock"
+    assert str(refused) == "database refused it: could not obtain lock"
     short = translate(psycopg.errors.DiskFull("no space left on device"))
     assert type(short) is StoreError and "cannot take the write" in str(short)
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import pytest
 from mcp import ClientSession, StdioServerParameters, stdio_client
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
@@ -182,18 +183,27 @@ def test_stdout_carries_only_the_protocol(db_url: str, embed_server: Any, corpus
     assert answers[4]["result"]["isError"] is True
 
 
-def test_database_down_is_a_tool_error_without_secrets(tmp_path: Path) -> None:
+@pytest.mark.parametrize("form", ["keywords", "url-hash", "url-question", "url-slash"])
+def test_database_down_is_a_tool_error_without_secrets(form: str, tmp_path: Path) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    # a key=value DSN: config.redact_url leaves it as it is, the scrubber must still hide it
-    dsn = make_conninfo(host="127.0.0.1", port=port, dbname="x", user="ragpg", password=PW_CANARY)
+    # a key=value DSN: config.redact_url leaves it as it is, the scrubber must still hide it;
+    # URL passwords holding characters a URL reserves, which libpq takes as they are
+    dsn = {
+        "keywords": make_conninfo(host="127.0.0.1", port=port, dbname="x", user="ragpg",
+                                  password=PW_CANARY),
+        "url-hash": f"postgresql://ragpg:Pa#{PW_CANARY}@127.0.0.1:{port}/x",
+        "url-question": f"postgresql://ragpg:Pa?{PW_CANARY}@127.0.0.1:{port}/x",
+        "url-slash": f"postgresql://ragpg:Pa/{PW_CANARY}@127.0.0.1:{port}/x",
+    }[form]
     env = server_env(RAGPG_DATABASE_URL=dsn, RAGPG_EMBEDDING_PROVIDER="none")
     errlog = tmp_path / "mcp.err"
     _, [result] = call_tools(env, errlog, [("search", {"query": QUERY, "mode": "keyword"})], tmp_path)
     assert result.is_error
     assert "database_unavailable" in text_of(result), text_of(result)
-    assert PW_CANARY not in text_of(result) and "password=***" in text_of(result)
+    assert PW_CANARY not in text_of(result)
+    assert ("password=***" if form == "keywords" else ":***@") in text_of(result)
     log = errlog.read_text()
     assert PW_CANARY not in log and "database unavailable" in log
     assert all(json.loads(line) for line in log.splitlines())  # JSON lines, the pool's warnings too

@@ -19,9 +19,18 @@ FORMS = {
     "keywords": f"host=127.0.0.1 port=1 password={SECRET} dbname=x",
     "query": f"postgresql://127.0.0.1:1/x?password={SECRET}",
     "userinfo": f"postgresql://u:{SECRET}@127.0.0.1:1/x",
+    # libpq takes these reserved characters in a URL's password as they are, and connects;
+    # a URL parser would read a fragment, a query or a path there.
+    "userinfo-hash": f"postgresql://u:Pa#{SECRET}@127.0.0.1:1/x",
+    "userinfo-question": f"postgresql://u:Pa?{SECRET}@127.0.0.1:1/x",
+    "userinfo-slash": f"postgresql://u:Pa/{SECRET}@127.0.0.1:1/x",
+    "userinfo-encoded": f"postgresql://u:Pa%23{SECRET}@127.0.0.1:1/x",
 }
 COMMANDS = {
     "stats": ["stats"],
+    "stats-json": ["stats", "--json"],
+    "ingest-json": ["ingest", "{root}", "--json"],
+    "context": ["context", "anything"],
     "init": ["init"],
     "search": ["search", "anything"],
     "ingest": ["ingest", "{root}"],
@@ -48,6 +57,7 @@ def test_library_error_hides_the_password(form: str) -> None:
 
 
 @pytest.mark.parametrize("dsn", [
+    *FORMS.values(),
     f"host=h password={SECRET}",
     f"postgresql://h/x?password={SECRET}&sslmode=require",
     f"postgresql://u:{SECRET}@h/x",
@@ -88,6 +98,20 @@ def test_invalid_dsn_is_a_configuration_error(dsn: str, command: str, tmp_path: 
     assert result.stderr.strip().count("\n") == 0, result.stderr
     assert "invalid database URL" in result.stderr
     assert SECRET not in result.stderr
+
+
+@pytest.mark.parametrize("dsn", [
+    f"postgresql://u:Pa {SECRET}@127.0.0.1:1/x",  # a space: libpq's message would quote it
+    f"postgresql://u:Pa%zz{SECRET}@127.0.0.1:1/x",  # a bad escape: likewise
+])
+def test_a_dsn_libpq_cannot_parse_is_shown_as_unparsable(dsn: str, tmp_path: Path) -> None:
+    assert redact_url(dsn) == "<unparsable database URL>"
+    result = run_cli(["search", "x"], env={"RAGPG_DATABASE_URL": dsn}, cwd=tmp_path)
+    assert result.returncode == 2 and "<unparsable database URL>" in result.stderr
+    assert SECRET not in result.stderr + result.stdout
+    with pytest.raises(ConfigError) as caught:
+        RagPG(dsn).stats()
+    assert SECRET not in str(caught.value)
 
 
 def test_invalid_dsn_raises_config_error_in_the_library() -> None:

@@ -10,6 +10,7 @@ import click
 from rag_pg.cli._common import (
     EXIT_OK,
     EXIT_PARTIAL,
+    EXIT_UNAVAILABLE,
     EXIT_USAGE,
     Context,
     emit_json,
@@ -20,7 +21,7 @@ from rag_pg.cli._common import (
 )
 from rag_pg.cli.progress import IngestProgress
 from rag_pg.config import redact_url
-from rag_pg.errors import ConfigError, RagError
+from rag_pg.errors import ConfigError, RagError, first_line
 
 
 @click.command()
@@ -90,8 +91,9 @@ def ingest(obj: Context, root: str | None, full: bool, prune: bool, collection: 
 def stats(obj: Context, collection: str | None, as_json: bool) -> None:
     """Documents, chunks, last indexed time, models, and the embedding service's health.
 
-    Degrades gracefully: when the database or the service is down it warns and exits 0. A
-    configuration error (a malformed database URL, an unknown collection) exits 2.
+    Prints what it can read when the database or the embedding service is down, warns, and
+    exits 3 (so that `ragpg stats || alert` is a probe). A configuration error (a malformed
+    database URL, an unknown collection) exits 2.
     """
     from rag_pg.embed import make_provider
 
@@ -102,8 +104,9 @@ def stats(obj: Context, collection: str | None, as_json: bool) -> None:
     except ConfigError as exc:  # nothing is down: what was asked for cannot be read
         fail(str(exc).strip().splitlines()[0], EXIT_USAGE)
     except RagError as exc:
-        warn(f"database unavailable: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
-        data["database_error"] = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        data["database_error"] = first_line(exc)
+        warn(data["database_error"] if "unavailable" in data["database_error"]
+             else f"database unavailable: {data['database_error']}")
     try:
         settings = obj.settings
         provider = make_provider(settings.embedding, warn=warn)
@@ -112,13 +115,14 @@ def stats(obj: Context, collection: str | None, as_json: bool) -> None:
         finally:
             provider.close()
     except RagError as exc:
-        warn(f"embedding service unavailable: {str(exc).splitlines()[0] if str(exc) else ''}")
-        data["embedding"] = {"status": "unavailable", "error": str(exc).splitlines()[0] if str(exc) else ""}
+        warn(f"embedding service unavailable: {first_line(exc)}")
+        data["embedding"] = {"status": "unavailable", "error": first_line(exc)}
     if as_json:
         emit_json(data)
     else:
         _print_stats(data)
-    sys.exit(EXIT_OK)
+    down = "database_error" in data or data["embedding"].get("status") == "unavailable"
+    sys.exit(EXIT_UNAVAILABLE if down else EXIT_OK)
 
 
 @click.command()

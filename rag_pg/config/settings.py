@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+from urllib.parse import quote, quote_plus
 
 from rag_pg.config import loader
 from rag_pg.config.sections import (
@@ -162,17 +163,30 @@ def _redact_dsn(dsn: str) -> str:
         params = conninfo_to_dict(dsn)
     except Exception:
         return UNPARSABLE_DSN
-    if "://" in dsn:
-        # A URL stays a URL (easier to read): psycopg has vouched for it, so the standard
-        # library can split it to mask the user:password part and a password parameter.
-        parts = urlsplit(dsn)
-        netloc = parts.netloc
-        if "@" in netloc:
-            creds, hosts = netloc.rsplit("@", 1)
-            netloc = f"{creds.split(':', 1)[0]}:***@{hosts}" if ":" in creds else netloc
-        query = urlencode([(k, "***" if k == "password" else v)
-                           for k, v in parse_qsl(parts.query, keep_blank_values=True)], safe="*")
-        return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-    if params.get("password") is not None:
-        params["password"] = "***"
-    return make_conninfo("", **params)
+    if "://" not in dsn:
+        if params.get("password") is not None:
+            params["password"] = "***"
+        return make_conninfo("", **params)
+    # A URL stays a URL (easier to read). Its password may hold characters a URL reserves
+    # ('#', '?', '/') that libpq takes as they are: everything between the user's ':' and
+    # the last '@' is masked, whatever a URL parser would make of it; then every copy of the
+    # password libpq parsed (a password= parameter, the same text elsewhere).
+    scheme, rest = dsn.split("://", 1)
+    at = rest.rfind("@")
+    if at >= 0 and ":" in rest[:at]:
+        rest = f"{rest[:at].split(':', 1)[0]}:***{rest[at:]}"
+    masked = _PASSWORD_PARAMETER.sub(r"\1***", f"{scheme}://{rest}")
+    return mask_secret(masked, str(params.get("password") or ""))
+
+
+_PASSWORD_PARAMETER = re.compile(r"(?i)([?&]password=)[^&]*")
+
+
+def mask_secret(text: str, secret: str) -> str:
+    """``text`` with every copy of ``secret`` masked, as written and percent-encoded."""
+    if not secret:
+        return text
+    for form in sorted({secret, quote(secret, safe=""), quote(secret), quote_plus(secret)},
+                       key=len, reverse=True):
+        text = text.replace(form, "***")
+    return text

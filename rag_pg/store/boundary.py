@@ -50,7 +50,7 @@ def translate(exc: psycopg.Error, conn: psycopg.Connection[Any] | None = None,
         return ConnectionLost(f"database connection lost: {first_line(exc)}")
     if (exc.sqlstate or "").startswith(_SERVER_SHORT):
         return StoreError(f"the database cannot take the write: {first_line(exc)}")
-    return DatabaseRefused(f"the database refused it: {first_line(exc)}", exc.sqlstate)
+    return DatabaseRefused(f"database refused it: {first_line(exc)}", exc.sqlstate)
 
 
 @contextmanager

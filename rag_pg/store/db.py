@@ -19,6 +19,7 @@ from psycopg.rows import TupleRow
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from rag_pg.config import DatabaseSettings, redact_url
+from rag_pg.config.settings import UNPARSABLE_DSN, mask_secret
 from rag_pg.errors import ConfigError, DatabaseTimeout, ExtensionUnavailable, StoreError
 from rag_pg.store import tenancy
 
@@ -349,8 +350,11 @@ def check_url(url: str) -> None:
     error, reported before any connection is tried."""
     try:
         conninfo_to_dict(url)
-    except psycopg.Error as exc:
-        raise ConfigError(f"invalid database URL: {_one_line(exc, url)}") from None
+    except psycopg.Error:
+        # libpq's message quotes the part it could not read, which may be the password.
+        raise ConfigError(
+            f"invalid database URL: {UNPARSABLE_DSN} (percent-encode a password's spaces and"
+            " '%' signs: %20, %25)") from None
 
 
 # libpq's messages for a value it refuses before reaching any server ("invalid sslmode value",
@@ -408,12 +412,8 @@ def scrub(text: str, url: str) -> str:
     """``text`` with the DSN ``url`` and its password masked wherever they appear."""
     if url:
         text = text.replace(url, redact_url(url))
-    try:
-        password = conninfo_to_dict(url).get("password")
-    except psycopg.Error:
-        password = None
-    if password:
-        text = text.replace(str(password), "***")
+        for password in dsn_passwords(url):
+            text = mask_secret(text, password)
     # A DSN that does not parse still hides what looks like its password.
     text = _PASSWORD_WORD.sub(r"\1***", text)
     return _URL_PASSWORD.sub(r"\1***@", text)
@@ -430,7 +430,8 @@ def connection_lost(exc: psycopg.OperationalError) -> bool:
 
 
 def dsn_passwords(url: str) -> list[str]:
-    """The password of a DSN, both as written (maybe percent-encoded) and decoded."""
+    """The password of a DSN as libpq parsed it, and as written in a URL's user part (up to
+    the last '@': libpq takes '#', '?' and '/' there as they are), raw and decoded."""
     found: list[str] = []
     try:
         password = conninfo_to_dict(url).get("password")
@@ -438,9 +439,10 @@ def dsn_passwords(url: str) -> list[str]:
             found.append(str(password))
     except psycopg.Error:
         pass
-    if "://" in url and "@" in url.split("://", 1)[1].split("/", 1)[0]:
-        creds = url.split("://", 1)[1].split("/", 1)[0].rsplit("@", 1)[0]
+    if "://" in url:
+        rest = url.split("://", 1)[1]
+        creds = rest[:rest.rfind("@")] if "@" in rest else ""
         if ":" in creds:
             raw = creds.split(":", 1)[1]
             found += [raw, unquote(raw)]
-    return found
+    return [p for p in dict.fromkeys(found) if p]

@@ -178,7 +178,7 @@ def _import_all(
             written = store.replace_documents(conn, collection, [prepared], write_model)
         except (DatabaseRefused, DimensionMismatch) as exc:
             _fail(report, item.path, str(exc) if isinstance(exc, DatabaseRefused)
-                  else f"the database refused it: {first_line(exc)}", "store")
+                  else f"database refused it: {first_line(exc)}", "store")
             continue
         (report.changed if stored is not None else report.added).append(item.path)
         report.documents_indexed += 1
