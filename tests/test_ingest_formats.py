@@ -132,3 +132,47 @@ def test_an_unknown_format_stops_the_run_before_any_file_is_read(db_url, embed_s
         with pytest.raises(ConfigError, match="no converter reads 'odt'"):
             rag.ingest(tree)
     assert stored(db_url) == {}
+
+
+def _docx(document_xml_edit: bytes | None = None) -> bytes:
+    """An empty Word document; ``document_xml_edit`` is put after its XML declaration."""
+    import io
+    import zipfile
+
+    from docx import Document as WordDocument
+
+    buffer = io.BytesIO()
+    WordDocument().save(buffer)
+    if document_xml_edit is None:
+        return buffer.getvalue()
+    source, out = zipfile.ZipFile(io.BytesIO(buffer.getvalue())), io.BytesIO()
+    with zipfile.ZipFile(out, "w") as target:
+        for item in source.infolist():
+            data = source.read(item.filename)
+            if item.filename == "word/document.xml":
+                data = data.replace(b"?>", b"?>" + document_xml_edit, 1)
+            target.writestr(item, data)
+    return out.getvalue()
+
+
+def test_documents_with_no_text_are_skipped_and_a_dtd_is_refused_by_name(db_url, embed_server,
+                                                                         tmp_path):
+    """HTML without a body, a frameset, an empty DOCX convert (markdownify's own STRIP
+    constant); those with no text are skipped as empty, not failed; a DOCX declaring a DTD is
+    refused as such, never a 'corrupt ... ValueError'."""
+    root = tmp_path / "tree"
+    root.mkdir()
+    (root / "head-only.html").write_text("<html><head><title>Titre seul</title></head></html>")
+    (root / "frames.html").write_text('<html><frameset cols="50%,50%"><frame src="a.html">'
+                                      "</frameset></html>")
+    (root / "page.html").write_text("<p>Une page <b>sans</b> en-tête.</p>")
+    (root / "empty.docx").write_bytes(_docx())
+    (root / "entities.docx").write_bytes(_docx(b'<!DOCTYPE x [<!ENTITY a "aaaa">]>'))
+    with make_rag(db_url, embed_server) as rag:
+        report = rag.ingest(root)
+    assert report.files_skipped.get("empty") == 2
+    assert sorted(s.path for s in report.skipped if s.reason == "empty") == ["empty.docx", "frames.html"]
+    [failure] = report.failures
+    assert failure.path == "entities.docx" and failure.kind == "unsupported"
+    assert "declares a DTD" in failure.error and "ValueError" not in failure.error
+    assert set(stored(db_url)) == {"head-only.html", "page.html"}

@@ -285,6 +285,14 @@ def test_every_malformed_message_gets_a_json_rpc_error(db_url: str, embed_server
             (b'{"jsonrpc": "1.0", "id": 8, "method": "tools/list"}', -32600, 8),
             (b'{"jsonrpc": "2.0", "id": 9}', -32600, 9),
             (b"42", -32600, None),
+            # lone surrogates: valid JSON escapes that no UTF-8 text holds, in every field
+            (call(10, "search", {"query": "\ud800"}), -32602, 10),
+            (b'{"jsonrpc": "2.0", "id": 11, "method": "tools/call", "params": {"name": "search",'
+             b' "arguments": {"query": "q", "path_prefix": "a\\udfff"}}}', -32602, 11),
+            (b'{"jsonrpc": "2.0", "id": 12, "method": "tools/call", "params": {"name":'
+             b' "get_document", "arguments": {"path": "\\ud83d.md"}}}', -32602, 12),
+            (b'{"jsonrpc": "2.0", "id": 13, "method": "tools/call", "params": {"name": "search",'
+             b' "arguments": {"query": "q", "filters": {"\\ud800": "x"}}}}', -32602, 13),
         ]
         for raw, code, id in malformed:
             answer = mcp.send(raw)

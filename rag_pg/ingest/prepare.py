@@ -105,7 +105,11 @@ class Preparer:
             converted = item.kind == "convert"
             try:
                 if converted:
-                    document = to_document(item.path, item.data, converter.convert(item.data, item.path))
+                    result = converter.convert(item.data, item.path)
+                    if not result.markdown.strip():  # no text: an empty file, a frameset's links
+                        yield SkippedFile(item.path, "empty")
+                        continue
+                    document = to_document(item.path, item.data, result)
                 else:
                     # Parsing (YAML, Markdown) is imported here: a no-change run never parses.
                     from rag_pg.source.parse import parse_document

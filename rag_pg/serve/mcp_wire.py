@@ -65,6 +65,24 @@ def _usable_id(value: Any) -> bool:
     return isinstance(value, str) or (isinstance(value, int) and not isinstance(value, bool))
 
 
+def encodable(value: Any) -> bool:
+    """Whether every string in ``value`` (keys included) encodes to UTF-8."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, str):
+            try:
+                item.encode("utf-8")
+            except UnicodeEncodeError:
+                return False
+        elif isinstance(item, dict):
+            stack.extend(item.keys())
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return True
+
+
 def check_line(raw: bytes, max_bytes: int) -> str | None:
     """The line as text when the SDK may have it, None for a blank line; else :class:`Refused`."""
     if len(raw) > max_bytes:
@@ -90,6 +108,10 @@ def check_line(raw: bytes, max_bytes: int) -> str | None:
         raise Refused(types.INVALID_REQUEST, 'jsonrpc must be "2.0"', id)
     if "id" in data and id is None:
         raise Refused(types.INVALID_REQUEST, "id must be a string or an integer (not null)")
+    if not encodable(data):
+        # "\ud800" is valid JSON but no text: the SDK would fail to answer it at all.
+        raise Refused(types.INVALID_PARAMS, "a string of the message is not valid Unicode"
+                      " (a lone surrogate escape such as \\ud800)", id)
     if "method" in data:
         if not isinstance(data["method"], str):
             raise Refused(types.INVALID_REQUEST, "method must be a string", id)

@@ -78,7 +78,7 @@ def heading_id(heading: Any) -> str | None:
 
 
 def _markdown_converter() -> Any:
-    from markdownify import MarkdownConverter
+    from markdownify import STRIP, MarkdownConverter
 
     base: Any = MarkdownConverter  # its stubs do not declare the per-tag methods
 
@@ -105,7 +105,7 @@ def _markdown_converter() -> Any:
 
     return _Converter(
         heading_style="ATX", bullets="-", escape_underscores=False, escape_asterisks=False,
-        table_infer_header=True, strip_document="STRIP",
+        table_infer_header=True, strip_document=STRIP,
     )
 
 

@@ -50,4 +50,21 @@ def open_archive(data: bytes, name: str, label: str) -> zipfile.ZipFile:
 
 
 def check_archive(data: bytes, name: str, label: str) -> None:
-    open_archive(data, name, label).close()
+    with open_archive(data, name, label) as archive:
+        refuse_dtd(archive, name, label)
+
+
+# The prolog of an XML part: a declaration of a DTD comes before its first element.
+_PROLOG_BYTES = 4096
+
+
+def refuse_dtd(archive: zipfile.ZipFile, name: str, label: str) -> None:
+    """Refuse an archive whose XML declares a DTD: Office never writes one, and its entities
+    are what an XML bomb or an external-entity read is made of."""
+    for member in archive.infolist():
+        if not member.filename.endswith((".xml", ".rels")):
+            continue
+        with archive.open(member) as part:
+            if b"<!DOCTYPE" in part.read(_PROLOG_BYTES).upper():
+                raise ConversionError(name, "unsupported",
+                                      f"{label} declares a DTD in {member.filename}: refused")
