@@ -37,6 +37,7 @@ from rag_pg.serve.rules import (
     MAX_ID,
     MAX_NAME_CHARS,
     MAX_PATH_CHARS,
+    NO_NUL,
     Limits,
     SearchRequest,
     call_limited,
@@ -206,7 +207,8 @@ def _page_routes(app: FastAPI) -> None:
 def _index_routes(app: FastAPI, rag: RagPG, answer: _Answers) -> None:
     @app.get("/stats", tags=["index"], responses=errors(401, 404, 422, 503, 504))
     async def stats(
-        collection: str | None = Query(None, min_length=1, max_length=MAX_NAME_CHARS),
+        collection: str | None = Query(None, min_length=1, max_length=MAX_NAME_CHARS,
+                                       json_schema_extra=NO_NUL),
     ) -> JSONResponse:
         """Documents, chunks, last indexed time, models and the last ingest run of a collection."""
         return await answer(lambda: fetch_stats(rag, collection))
@@ -219,7 +221,8 @@ def _index_routes(app: FastAPI, rag: RagPG, answer: _Answers) -> None:
 
     @app.get("/runs", response_model=RunsOut, tags=["index"], responses=errors(401, 404, 422, 503, 504))
     async def runs(
-        collection: str | None = Query(None, min_length=1, max_length=MAX_NAME_CHARS),
+        collection: str | None = Query(None, min_length=1, max_length=MAX_NAME_CHARS,
+                                       json_schema_extra=NO_NUL),
         limit: int = Query(20, ge=1, le=catalog.MAX_RUNS, description="How many runs, newest first."),
     ) -> JSONResponse:
         """The latest ingest runs: status, counts and per-document errors."""
@@ -264,9 +267,10 @@ def _document_routes(app: FastAPI, rag: RagPG, answer: _Answers, settings: Setti
     @app.get("/documents", response_model=DocumentOut, tags=["documents"],
              responses=errors(401, 404, 422, 503, 504))
     async def document_by_path(
-        path: str = Query(min_length=1, max_length=MAX_PATH_CHARS,
+        path: str = Query(min_length=1, max_length=MAX_PATH_CHARS, json_schema_extra=NO_NUL,
                           description="Path relative to the ingested root, e.g. fr/admin/sauvegardes.md"),
-        collection: str | None = Query(None, min_length=1, max_length=MAX_NAME_CHARS),
+        collection: str | None = Query(None, min_length=1, max_length=MAX_NAME_CHARS,
+                                       json_schema_extra=NO_NUL),
     ) -> JSONResponse:
         """One document, by its path in a collection, with its chunks in order."""
         return await answer(

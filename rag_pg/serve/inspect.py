@@ -15,6 +15,7 @@ from pydantic import Field
 
 from rag_pg.serve.rules import (
     MAX_PATH_CHARS,
+    NO_NUL,
     InvalidRequest,
     Limits,
     SearchRequest,
@@ -54,7 +55,8 @@ class LocateRequest(SearchRequest):
     """A search and the document (``path``) or passage (``path#anchor``) expected among its hits."""
 
     target: str = Field(min_length=1, max_length=MAX_PATH_CHARS + 201,
-                        description="The expected document's path, or path#anchor for one passage.")
+                        description="The expected document's path, or path#anchor for one passage.",
+                        json_schema_extra=NO_NUL)
 
 
 NOTES = {

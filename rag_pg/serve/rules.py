@@ -14,11 +14,11 @@ import math
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import anyio
 import anyio.to_thread
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from rag_pg.config import Settings
 from rag_pg.errors import ConfigError
@@ -100,6 +100,19 @@ class Limits:
 # -- requests ------------------------------------------------------------------------------------
 
 
+def _whole(value: Any) -> Any:
+    """84.0 is the integer 84, as JSON Schema's ``integer`` says; "84" stays refused."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+#: An integer as the OpenAPI schema states it: a JSON number without a fractional part.
+Whole = Annotated[int, BeforeValidator(_whole)]
+#: What the schema says of text the database stores: no NUL character (checked by check_text).
+NO_NUL: dict[str, Any] = {"pattern": "^[^\\u0000]*$"}
+
+
 class SearchRequest(BaseModel):
     """A search, as ``POST /search`` and the MCP ``search`` tool receive it.
 
@@ -110,26 +123,30 @@ class SearchRequest(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
-    query: str = Field(description="The question or keywords, in any language the corpus uses.")
-    k: int | None = Field(None, ge=1, description="How many hits (default: retrieval.k).")
+    query: str = Field(description="The question or keywords, in any language the corpus uses.",
+                       json_schema_extra=NO_NUL)
+    k: Whole | None = Field(None, ge=1, description="How many hits (default: retrieval.k).")
     mode: Mode | None = Field(
         None, description="hybrid (vectors + keywords, fused), vector or keyword; default hybrid when vectors exist."
     )
     collection: str | None = Field(
-        None, min_length=1, max_length=MAX_NAME_CHARS, description="Collection (workspace) to search."
+        None, min_length=1, max_length=MAX_NAME_CHARS, description="Collection (workspace) to search.",
+        json_schema_extra=NO_NUL,
     )
     path_prefix: str | None = Field(
-        None, max_length=MAX_PATH_CHARS, description="Only documents under this relative path (segment-aware)."
+        None, max_length=MAX_PATH_CHARS, description="Only documents under this relative path (segment-aware).",
+        json_schema_extra=NO_NUL,
     )
     filters: dict[str, Any] | None = Field(
         None, description="Front-matter values to match: equality, or containment for lists/objects."
     )
-    level: int | None = Field(None, ge=0, le=MAX_LEVEL, description="Summary-tree level (0 = source text).")
+    level: Whole | None = Field(None, ge=0, le=MAX_LEVEL, description="Summary-tree level (0 = source text).")
     node_type: str | None = Field(
-        None, min_length=1, max_length=64, description="Summary-tree node type: source or summary."
+        None, min_length=1, max_length=64, description="Summary-tree node type: source or summary.",
+        json_schema_extra=NO_NUL,
     )
-    max_per_document: int | None = Field(None, ge=1, description="At most this many hits per document.")
-    neighbours: int = Field(0, ge=0, le=MAX_NEIGHBOURS, description="Merge ±N neighbouring chunks into each hit.")
+    max_per_document: Whole | None = Field(None, ge=1, description="At most this many hits per document.")
+    neighbours: Whole = Field(0, ge=0, le=MAX_NEIGHBOURS, description="Merge ±N neighbouring chunks into each hit.")
     expand: Expansion | None = Field(
         None, description="Attach the parent's or the children's text to each hit."
     )
