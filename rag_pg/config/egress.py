@@ -55,6 +55,22 @@ def system_resolver(host: str, port: int) -> list[str]:
     return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
 
+def literal_address(host: str) -> IPAddress | None:
+    """The address a host name written as a number stands for, as the system resolver reads
+    it: dotted or not, in decimal, hex or octal (``2852039166``, ``0xa9fea9fe`` and
+    ``169.254.43518`` are all 169.254.169.254); None for a name."""
+    try:
+        return ipaddress.ip_address(host.strip("[]").split("%", 1)[0])
+    except ValueError:
+        pass
+    if not host or any(c not in "0123456789abcdefABCDEFxX." for c in host):
+        return None
+    try:
+        return ipaddress.IPv4Address(socket.inet_aton(host))
+    except OSError:
+        return None
+
+
 def _canonical(address: IPAddress) -> IPAddress:
     # ::ffff:169.254.169.254 is the IPv4 address it maps, for the kernel and so for the check
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
@@ -112,10 +128,11 @@ class EgressPolicy:
         """The addresses ``host`` may be reached at, in order; :class:`EgressRefused` if any of
         its addresses is refused (one bad answer is enough to distrust the name), OSError if
         it does not resolve."""
-        try:
-            found = [ipaddress.ip_address(host)]
+        literal = literal_address(host)
+        if literal is not None:
+            found = [literal]
             named = False
-        except ValueError:
+        else:
             named = self._name_allowed(host)
             found = [ipaddress.ip_address(a.split("%", 1)[0]) for a in resolve(host, port)]
             if not found:
@@ -126,9 +143,8 @@ class EgressPolicy:
 
     def check_literal(self, host: str) -> None:
         """At configuration time: a URL whose host is an address is judged before any call."""
-        try:
-            address = ipaddress.ip_address(host)
-        except ValueError:
+        address = literal_address(host)
+        if address is None:
             return
         try:
             self.check_address(host, address, named=False)
