@@ -16,6 +16,7 @@ from rag_pg.errors import DatabaseRefused, EmbeddingError
 from rag_pg.ingest import reuse
 from rag_pg.models import FailedDocument, IngestReport
 from rag_pg.store import checkpoints
+from rag_pg.store.boundary import database_errors
 from rag_pg.store.documents import PreparedDocument
 from rag_pg.store.queries import Queries
 
@@ -83,8 +84,9 @@ class GroupEmbedder:
         missing = [k for k in keys if k not in known]
         if missing:
             try:
-                known.update(reuse.stored_vectors(conn, self.q, collection, model, missing,
-                                                  after=self.reuse_after))
+                with database_errors(conn, schema=self.q.schema):
+                    known.update(reuse.stored_vectors(conn, self.q, collection, model, missing,
+                                                      after=self.reuse_after))
             except DatabaseRefused:
                 pass  # embed them: reuse only saves work (a lost connection still stops the run)
         return known
