@@ -14,6 +14,7 @@ import psycopg
 from rag_pg.config import Settings
 from rag_pg.embed import make_provider
 from rag_pg.embed.base import EmbeddingProvider
+from rag_pg.embed.gated import CallGate, GatedProvider
 from rag_pg.errors import (
     ConfigError,
     RagError,
@@ -94,6 +95,7 @@ class RagPG:
         self._provider = provider
         self._owns_provider = provider is None  # never close what the caller handed over
         self._provider_lock = threading.Lock()
+        self._gate: CallGate | None = None
         self.store = Store(self.settings.database.schema, self.settings.index)
         self._runner = SearchRunner(self.settings, self.reads, lambda: self.provider)
         self.searcher = self._runner.searcher
@@ -106,7 +108,19 @@ class RagPG:
             with self._provider_lock:
                 if self._provider is None:
                     self._provider = make_provider(self.settings.embedding, warn=self.warn)
+        if self._gate is not None:
+            return GatedProvider(self._provider, self._gate)
         return self._provider
+
+    def bound_embedding_calls(self, slots: int, queue: int, *, patience: float = 30.0) -> None:
+        """At most ``slots`` embedding calls at once from this object's threads; ``queue`` more
+        wait (up to ``patience`` seconds), the others fail at once with ``EmbeddingBusy``.
+
+        For a service answering many requests in threads: only the call is bounded, not the
+        search around it (the query is embedded before a connection is borrowed), so a
+        healthy embedding service never turns a request away, and a stalled one holds at most
+        ``slots + queue`` threads."""
+        self._gate = CallGate(slots, queue, patience)
 
     def close(self) -> None:
         self.reads.close()

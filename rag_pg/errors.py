@@ -79,6 +79,14 @@ class EmbeddingError(RagError):
         return cls("malformed", message)
 
 
+class EmbeddingBusy(EmbeddingError):
+    """Every slot for embedding calls is taken and as many calls wait already: retry in a
+    moment, or search with mode keyword (see :meth:`RagPG.bound_embedding_calls`)."""
+
+    def __init__(self, message: str):
+        super().__init__("unavailable", message)
+
+
 class StoreError(RagError):
     """The database is unreachable, or refused an operation."""
 

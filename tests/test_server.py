@@ -23,6 +23,8 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
+from rag_pg import Settings
+from rag_pg.serve.rules import Limits
 from rag_pg.testing.embedserver import FakeEmbeddingServer
 
 from .conftest import ROOT, drop_database, new_database, run_cli
@@ -577,8 +579,12 @@ def test_slow_request_gets_504(indexed_db: str, tmp_path: Path) -> None:
 
 
 def test_a_stalled_embedder_leaves_the_database_requests_answering(indexed_db: str, tmp_path: Path) -> None:
-    """One slot for searches that embed (pool of 2, one connection kept), four may queue, the
-    sixth is refused at once; keyword searches, /stats and documents answer meanwhile."""
+    """One embedding call at once (pool of 2); as many may wait as leave the reserved worker
+    threads free, the next is refused at once; keyword searches, /stats and documents answer
+    meanwhile, and the waiting searches never call the stalled embedder."""
+    limits = Limits.from_settings(Settings.load(environ={}, overrides={"database.pool_size": 2}))
+    assert limits.embedding_slots == 1
+    waiting = limits.embedding_slots + limits.embedding_queue
     with FakeEmbeddingServer(dim=64) as stalled:
         stalled.slow_seconds = 3600  # only stop() ends the stall
         served = Served(clean_env(RAGPG_DATABASE_URL=indexed_db, RAGPG_EMBEDDING_URL=stalled.url,
@@ -592,7 +598,7 @@ def test_a_stalled_embedder_leaves_the_database_requests_answering(indexed_db: s
                 response = client.post("/search", json={"query": QUERY, "mode": "hybrid"})
                 answers.put((name, response.status_code, response.json()))
 
-        threads = [threading.Thread(target=hybrid, args=(f"h{i}",)) for i in range(6)]
+        threads = [threading.Thread(target=hybrid, args=(f"h{i}",)) for i in range(waiting + 1)]
         try:
             stalled.fault = "slow"
             stalled.reset_counters()
@@ -621,7 +627,7 @@ def test_a_stalled_embedder_leaves_the_database_requests_answering(indexed_db: s
                     t.join()
             code = served.stop()
     statuses = [answers.get_nowait()[1] for _ in range(answers.qsize())]
-    assert len(statuses) == 5 and all(s in (502, 503) for s in statuses), statuses
+    assert len(statuses) == waiting and all(s in (502, 503) for s in statuses), statuses
     assert code == 0
 
 
@@ -645,7 +651,7 @@ def test_the_gate_hands_a_freed_slot_to_the_first_waiter_and_refuses_beyond_its_
             tg.start_soon(second)
             while gate.waiting == 0:  # b is queued
                 await anyio.sleep(0)
-            with pytest.raises(Busy, match="max_embedding_calls|keyword"):
+            with pytest.raises(Busy, match="reranking service"):
                 await gate.acquire()
             assert got == [] and gate.busy == 1
             await anyio.to_thread.run_sync(release_a)  # a worker thread gives the slot back

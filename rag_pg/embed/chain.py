@@ -373,6 +373,11 @@ def serving(
     """The provider (or the part of a chain) that makes vectors of ``model``; None if none does."""
     if model is None:
         return None
+    from rag_pg.embed.gated import GatedProvider  # the gate wraps whatever it bounds
+
+    if isinstance(provider, GatedProvider):
+        inner = serving(provider.inner, model, dimension)
+        return None if inner is None else GatedProvider(inner, provider.gate)
     if isinstance(provider, EmbeddingChain):
         return provider.serving(model, dimension)
     if provider.model != model:

@@ -21,6 +21,7 @@ from rag_pg.config import Settings
 from rag_pg.errors import (
     CollectionNotFound,
     ConfigError,
+    EmbeddingBusy,
     EmbeddingError,
     NoVectors,
     SchemaMissing,
@@ -58,7 +59,7 @@ def classify(exc: BaseException, secrets: Secrets | None = None) -> Failure:
         return Failure(422, "invalid_request", msg(exc))
     if isinstance(exc, NotFound | CollectionNotFound):
         return Failure(404, "not_found", msg(exc))
-    if isinstance(exc, Busy):
+    if isinstance(exc, Busy | EmbeddingBusy):
         return Failure(503, "embedding_busy", msg(exc))
     if isinstance(exc, RequestTimeout):
         return Failure(504, "timeout", msg(exc))

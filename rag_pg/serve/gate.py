@@ -1,13 +1,14 @@
-"""A bound on the requests that wait on a model service (embedding, rerank), so that a stalled
-one cannot take the whole server down with it.
+"""A bound on the requests that wait on a reranking service, so that a stalled one cannot take
+the whole server down with it (the embedding of a query has its own bound, around the call
+alone: :mod:`rag_pg.embed.gated`).
 
-Why: a search that embeds its query runs in a worker thread and holds a pooled database
-connection while it waits for the embedding service. When that service stalls, such requests
-pile up, each abandoned thread keeps its connection until the service's own timeout, and soon a
-keyword search or ``/stats`` — which need no model at all — waits for a connection too. The gate
-lets only ``slots`` model-bound requests run at once (fewer than the pool's connections), keeps
-a short queue of ``queue`` more waiting without a thread, and refuses the rest at once
-(:class:`Busy`, a 503) instead of letting them time out.
+Why: a search that reranks runs in a worker thread and holds a pooled database connection
+while it waits for the reranker. When that service stalls, such requests pile up, each
+abandoned thread keeps its connection until the service's own timeout, and soon a keyword
+search or ``/stats`` waits for a connection too. The gate lets only ``slots`` such requests
+run at once (fewer than the pool's connections), keeps a short queue of ``queue`` more
+waiting without a thread, and refuses the rest at once (:class:`Busy`, a 503) instead of
+letting them time out.
 
 A slot is given back when the worker thread finishes — not when the request gives up — so
 abandoned threads count until they are really gone. The gate's state lives on the event loop;
@@ -57,9 +58,9 @@ class ModelGate:
         else:
             if self.waiting >= self.queue:
                 raise Busy(
-                    f"{self._busy} searches are waiting on the embedding service and {self.waiting}"
-                    f" more are queued (server.max_embedding_calls = {self.slots}); retry later,"
-                    " or search with mode keyword"
+                    f"{self._busy} searches are waiting on the reranking service and {self.waiting}"
+                    f" more are queued ({self.slots} at once); retry later, or search without"
+                    " rerank"
                 )
             ticket: asyncio.Future[None] = loop.create_future()
             self._waiters.append(ticket)

@@ -86,6 +86,8 @@ def create_app(rag: RagPG, settings: Settings, *, secrets: Secrets | None = None
     secrets = secrets or Secrets.from_settings(settings)
     log = logger or logging.getLogger(LOGGER)
     gate: ModelGate = limits.gate()
+    rag.bound_embedding_calls(limits.embedding_slots, limits.embedding_queue,
+                              patience=limits.request_timeout)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:

@@ -121,6 +121,8 @@ def create_server(rag: "RagPG", settings: Settings, *, secrets: Secrets | None =
     secrets = secrets or Secrets.from_settings(settings)
     log = logger or logging.getLogger(LOGGER)
     gate = limits.gate()
+    rag.bound_embedding_calls(limits.embedding_slots, limits.embedding_queue,
+                              patience=limits.request_timeout)
     server: MCPServer = MCPServer(name="ragpg", version=__version__, instructions=INSTRUCTIONS,
                                   log_level="WARNING", middleware=[StrictArguments()])
     read_only = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True,

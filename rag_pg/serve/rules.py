@@ -38,7 +38,9 @@ MAX_LEVEL = 1_000
 MAX_FILTER_KEYS = 32
 MAX_FILTER_DEPTH = 8
 MAX_ID = 2**63 - 1  # document ids are bigint: a larger one would be a database error
-EMBEDDING_QUEUE_PER_SLOT = 4  # model-bound requests that may wait per slot
+EMBEDDING_QUEUE_PER_SLOT = 4  # model-bound requests that may wait per slot, at least
+WORKER_THREADS = 40  # anyio's worker threads, which run every request's library calls
+RESERVED_THREADS = 8  # left to the requests that need no model while one is stalled
 
 
 class InvalidRequest(ValueError):
@@ -67,14 +69,17 @@ class Limits:
     request_timeout: float = 30.0
     default_k: int = 5
     embedding_slots: int = 3
+    embedding_queue: int = 29
 
     @classmethod
     def from_settings(cls, settings: Settings) -> Limits:
         """Read and check the limits once, at startup, so a bad setting fails before serving.
 
-        ``embedding_slots``: a search that embeds its query holds a pooled connection while it
-        waits for the embedding service, so at most ``database.pool_size - 1`` such searches
-        run at once and one connection always stays for the requests that need none.
+        ``embedding_slots``: embedding calls at once (``database.pool_size - 1``, as many as
+        the searches that can then run); ``embedding_queue``: calls that may wait for a slot,
+        each in a worker thread holding no connection, as many as leave
+        :data:`RESERVED_THREADS` of the worker threads to the requests that need no model
+        (a stalled embedding service cannot take them all).
         """
         s = settings.server
         if s.max_body_bytes < 1024:
@@ -89,8 +94,10 @@ class Limits:
             raise ConfigError(
                 f"retrieval.k ({settings.retrieval.k}) must be between 1 and server.max_k ({s.max_k})"
             )
+        slots = max(1, settings.database.pool_size - 1)
+        queue = max(slots * EMBEDDING_QUEUE_PER_SLOT, WORKER_THREADS - RESERVED_THREADS - slots)
         return cls(s.max_body_bytes, s.max_query_chars, s.max_k, s.request_timeout, settings.retrieval.k,
-                   max(1, settings.database.pool_size - 1))
+                   slots, queue)
 
     def gate(self) -> ModelGate:
         """The gate of one server: its slots for model calls and their queue."""
@@ -266,14 +273,10 @@ def as_json(value: Any) -> Any:
 
 
 def needs_model(req: SearchRequest, settings: Settings) -> bool:
-    """Whether a search may call a model service (embed the query, rerank): it then passes the gate.
-
-    A search left to the default mode counts as one that embeds; a keyword search without
-    rerank never waits on a model, so it never waits at the gate either.
-    """
-    mode = req.mode or settings.retrieval.mode
-    rerank = settings.rerank.enabled if req.rerank is None else req.rerank
-    return mode != "keyword" or rerank
+    """Whether a search calls the reranking service: it then passes the request gate. The
+    query's embedding passes the embedding gate, around the call alone
+    (:meth:`RagPG.bound_embedding_calls`)."""
+    return settings.rerank.enabled if req.rerank is None else req.rerank
 
 
 def search_hits(rag: RagPG, req: SearchRequest, limits: Limits) -> list[Any]:
