@@ -36,6 +36,7 @@ from rag_pg.store.db import (
     Database,
     PoolSource,
     prepare,
+    quiet_second_pipeline_errors,
     source_for,
 )
 from rag_pg.store.documents import Store
@@ -78,6 +79,7 @@ class RagPG:
     ):
         self.settings = settings or Settings()
         self.warn = warn or (lambda message: None)
+        quiet_second_pipeline_errors()
         target = database if database is not None else self.settings.database.url
         if target is None:
             raise ConfigError(

@@ -48,3 +48,27 @@ def test_a_facade_method_on_an_uninitialised_database_says_so(empty_db_url: str)
             rag.stats()
         with pytest.raises(SchemaMissing, match="ragpg init"):
             rag.search("une question", mode="keyword")
+
+
+def test_the_library_prints_nothing_of_its_own_on_stderr(empty_db_url: str, tmp_path) -> None:
+    """A search on a database with pgvector but no ragpg schema fails with SchemaMissing, and
+    nothing else: psycopg's second 'error ignored terminating <Pipeline>' line is not printed."""
+    import subprocess
+    import sys
+
+    with psycopg.connect(empty_db_url, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+    script = tmp_path / "search.py"
+    script.write_text(
+        "import sys\n"
+        "from rag_pg import RagPG, SchemaMissing, Settings\n"
+        "settings = Settings.load(environ={}, overrides={'embedding.provider': 'none'})\n"
+        "with RagPG(sys.argv[1], settings) as rag:\n"
+        "    try:\n"
+        "        rag.search('une question', mode='keyword')\n"
+        "    except SchemaMissing:\n"
+        "        print('schema missing')\n")
+    out = subprocess.run([sys.executable, str(script), empty_db_url], capture_output=True,
+                         text=True, timeout=120)
+    assert out.stdout.strip() == "schema missing", out.stderr
+    assert out.stderr == ""

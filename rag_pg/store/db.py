@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import logging
 import re
 import threading
 from collections.abc import Iterator
@@ -446,3 +447,24 @@ def dsn_passwords(url: str) -> list[str]:
             raw = creds.split(":", 1)[1]
             found += [raw, unquote(raw)]
     return [p for p in dict.fromkeys(found) if p]
+
+
+class _SecondPipelineError(logging.Filter):
+    """Drops psycopg's "error ignored terminating <Pipeline>" record: psycopg logs it when a
+    pipeline cannot close while an error raised in it is propagating, and that first error
+    reaches ragpg's caller (as a RagError); the record only repeated it on stderr."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (isinstance(record.msg, str)
+                    and record.msg.startswith("error ignored terminating"))
+
+
+_PIPELINE_NOISE = _SecondPipelineError()
+
+
+def quiet_second_pipeline_errors() -> None:
+    """Install the filter above on psycopg's logger, once (when a RagPG is built, never at
+    import): a host application's own psycopg log is otherwise left as it is."""
+    log = logging.getLogger("psycopg")
+    if _PIPELINE_NOISE not in log.filters:
+        log.addFilter(_PIPELINE_NOISE)
