@@ -334,6 +334,13 @@ def test_parse_sidecar_checks_the_shape():
         (b'{"type": "manifest", "chunk_count": 1}\n{"chunk_index": 0, "content_token_count": 1, "text": "a",'
          b' "embedding": [1.0]}\n', "no embedding_model"),
         (b'{"type": "manifest"\n', "line 1 is not JSON"),
+        # the checks an embedding service's vectors pass (N6): no direction, no float32
+        (b'{"type": "manifest", "chunk_count": 1, "embedding_model": "m", "dimension": 2}\n'
+         b'{"chunk_index": 0, "content_token_count": 2, "text": "a", "embedding": [0.0, 0]}\n',
+         "all zeros"),
+        (b'{"type": "manifest", "chunk_count": 1, "embedding_model": "m", "dimension": 2}\n'
+         b'{"chunk_index": 0, "content_token_count": 2, "text": "a", "embedding": [1e39, 1]}\n',
+         "NaN or infinite"),
     ]:
         with pytest.raises(Exception, match=message) as caught:
             parse_sidecar(data)
@@ -365,3 +372,30 @@ def test_an_import_records_the_chunking_that_made_the_sidecar(db_url, second_db,
     with RagPG(second_db, settings_for(embed_server.url)) as rag:
         other = rag.ingest(book)
     assert other.documents_indexed == imported.documents_indexed  # nothing kept stale
+
+
+@pytest.mark.parametrize("forge", ["text", "section", "anchor", "count"])
+def test_a_sidecar_whose_chunks_are_not_the_files_is_refused(db_url, second_db, embed_server, book,
+                                                              forge):
+    """N2: the file is chunked again on import; a sidecar saying another text, section, anchor
+    or number of chunks is refused in one line, and nothing of it is indexed or cited."""
+    ingest_and_export(db_url, embed_server, book)
+    side = book / (LUMIERE + SUFFIX)
+    lines = side.read_text(encoding="utf-8").splitlines(keepends=True)
+    first = json.loads(lines[1])
+    if forge == "count":
+        manifest = json.loads(lines[0])
+        manifest["chunk_count"] -= 1
+        lines = [json.dumps(manifest) + "\n", *lines[1:-1]]
+    else:
+        first[forge] = "Texte falsifié, cité comme le fichier"
+        lines[1] = json.dumps(first) + "\n"
+    side.write_text("".join(lines), encoding="utf-8")
+    with RagPG(second_db, settings_for(dead_url())) as rag:
+        report = import_sidecars(rag, book)
+    failures = [(f.path, f.kind) for f in report.failures]
+    assert failures == [(LUMIERE, "chunk_mismatch")], report.failures
+    assert "\n" not in report.failures[0].error
+    assert report.documents_indexed == DOCUMENTS - 1
+    assert LUMIERE not in [r[0] for r in documents(second_db)]
+    assert table(second_db, "SELECT count(*) FROM ragpg.chunk WHERE content LIKE '%falsifié%'") == [(0,)]

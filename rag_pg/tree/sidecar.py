@@ -25,7 +25,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from rag_pg.errors import SidecarError
+from rag_pg.embed.base import validate_vectors
+from rag_pg.errors import EmbeddingError, SidecarError
 
 SUFFIX = ".jsonl"
 
@@ -180,6 +181,9 @@ def parse_sidecar(data: bytes) -> Sidecar:
     array = None
     if model is not None:
         assert isinstance(dimension, int)
-        array = np.array(vectors, dtype=np.float32).reshape(len(chunks), dimension)
+        try:  # the checks an embedding service's answer passes: finite in float32, not zero
+            array = validate_vectors(vectors, count=len(chunks), dimension=dimension)
+        except EmbeddingError as exc:
+            raise SidecarError("invalid_sidecar", f"embedding: {exc}") from None
     return Sidecar(manifest=manifest, chunks=chunks, vectors=array)
 

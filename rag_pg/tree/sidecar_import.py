@@ -34,6 +34,7 @@ from rag_pg.errors import (
 )
 from rag_pg.models import Chunk, Document, FailedDocument, IngestReport, SkippedFile
 from rag_pg.source import language
+from rag_pg.source.chunk import Chunker
 from rag_pg.source.markdown.sites import detect_style
 from rag_pg.source.parse import parse_document
 from rag_pg.source.walk import VCS_DIRECTORIES, WalkRules, is_markdown_name, walk
@@ -42,20 +43,26 @@ from rag_pg.store.locks import collection_lock
 from rag_pg.tree.sidecar import SUFFIX, Sidecar, parse_sidecar, read_manifest, sidecar_path
 
 
-def _chunks_for(document: Document, sidecar: Sidecar) -> list[Chunk]:
-    return [
-        Chunk(
-            document_path=document.path,
-            document_title=document.title,
-            section=str(c.get("section", document.title)),
-            anchor=str(c.get("anchor", "")),
-            position=i,
-            content=c["text"],
-            token_count=int(c["content_token_count"]),
-            content_hash=hashlib.sha256(c["text"].encode("utf-8")).hexdigest(),
-        )
-        for i, c in enumerate(sidecar.chunks)
-    ]
+def _checked_chunks(document: Document, sidecar: Sidecar, size: int, overlap: int,
+                    max_tokens: int | None, anchors: str) -> list[Chunk]:
+    """The file's own chunks, chunked again as the sidecar says it was made; a sidecar whose
+    chunks say otherwise (text, section, anchor, count) is refused: its text would be indexed
+    and cited as the file's."""
+    try:
+        chunks = Chunker(size, overlap, max_tokens=max_tokens, slug_style=anchors).chunk(document)
+    except (ConfigError, ValueError) as exc:
+        raise SidecarError("invalid_sidecar", f"its chunking cannot be repeated: {exc}") from None
+    if len(chunks) != len(sidecar.chunks):
+        raise SidecarError("chunk_mismatch", f"the sidecar has {len(sidecar.chunks)} chunks, the"
+                           f" file chunks into {len(chunks)}: run `ragpg ingest`, then `ragpg export`")
+    for chunk, line in zip(chunks, sidecar.chunks, strict=True):
+        said = (line["text"], str(line.get("section", document.title)), str(line.get("anchor", "")))
+        for what, own, theirs in zip(("text", "section", "anchor"),
+                                     (chunk.content, chunk.section, chunk.anchor), said, strict=True):
+            if own != theirs:
+                raise SidecarError("chunk_mismatch", f"chunk {chunk.position}: its {what} is not the"
+                                   " file's: run `ragpg ingest`, then `ragpg export`")
+    return chunks
 
 
 def _sidecar_files(root: Path) -> Iterator[str]:
@@ -236,9 +243,12 @@ def _prepare(
     lang = manifest.get("language")
     if lang not in language.LANGUAGES:
         lang = language.detect(document.content, document.front_matter, settings.source.language)
+    chunks = _checked_chunks(document, sidecar, int(size), int(overlap),
+                             cap if isinstance(cap, int) and not isinstance(cap, bool) else None,
+                             str(anchors))
     prepared = PreparedDocument(
         document=document,
-        chunks=_chunks_for(document, sidecar),
+        chunks=chunks,
         vectors=sidecar.vectors if embeds else None,
         language=str(lang),
         fingerprint=fingerprint(
