@@ -69,3 +69,33 @@ def test_check_sees_changed_text_zero_vectors_and_foreign_vectors(db_url, embed_
     out = run_cli(["check", "--json"], env=env, cwd=tmp_path)
     assert out.returncode == 0 and json.loads(out.stdout)["ok"] is True, out.stdout
     assert violations(db_url) == [] and dump(db_url) == clean
+
+
+def test_check_sees_a_changed_section_and_its_sample_sees_swapped_vectors(db_url, embed_server, corpus,
+                                                                        tmp_path):
+    """N9: the chunk hash covers the section (part of the embedded text and the tsvector);
+    vectors swapped between two chunks keep every SQL invariant, and only a re-embedded
+    sample (check --sample) finds them."""
+    env = {"RAGPG_DATABASE_URL": db_url, "RAGPG_EMBEDDING_URL": embed_server.url}
+    assert run_cli(["ingest", str(corpus)], env=env, cwd=tmp_path).returncode == 0
+    with psycopg.connect(db_url) as conn:
+        chunks = conn.execute(
+            "SELECT c.id, d.path FROM ragpg.chunk c JOIN ragpg.document d ON d.id = c.document_id"
+            " ORDER BY d.path, c.position").fetchall()
+        [(renamed, renamed_path), (a, a_path), (b, b_path)] = [chunks[0], chunks[-1], chunks[-2]]
+        conn.execute("UPDATE ragpg.chunk SET section = section || ' (renommée)' WHERE id = %s",
+                     (renamed,))
+        conn.execute("UPDATE ragpg.chunk_vector v SET embedding = o.embedding FROM ragpg.chunk_vector o"
+                     " WHERE (v.chunk_id, o.chunk_id) IN ((%(a)s, %(b)s), (%(b)s, %(a)s))",
+                     {"a": a, "b": b})
+    out = run_cli(["check", "--json"], env=env, cwd=tmp_path)
+    assert {(p["code"], p["subject"]) for p in json.loads(out.stdout)["problems"]} == {
+        ("content_hash", renamed_path)}
+    total = len(chunks)
+    out = run_cli(["check", "--json", "--sample", str(total)], env=env, cwd=tmp_path)
+    problems = {(p["code"], p["subject"]) for p in json.loads(out.stdout)["problems"]}
+    assert {("content_hash", renamed_path), ("vector_mismatch", a_path),
+            ("vector_mismatch", b_path)} <= problems, out.stdout
+    # the renamed chunk's vector was made for its old section: the sample may say so too
+    assert problems <= {("content_hash", renamed_path), ("vector_mismatch", a_path),
+                        ("vector_mismatch", b_path), ("vector_mismatch", renamed_path)}

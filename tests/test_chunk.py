@@ -276,7 +276,7 @@ def test_whole_chunk_record() -> None:
             position=0,
             content=content,
             token_count=3,
-            content_hash=hashlib.sha256(content.encode()).hexdigest(),
+            content_hash=hashlib.sha256(f"Title\n{content}".encode()).hexdigest(),  # section + text
             line_start=3,
             line_end=3,
         )

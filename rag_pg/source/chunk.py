@@ -11,7 +11,6 @@ sentences as written, line breaks kept, never a piece of a code block.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -21,7 +20,7 @@ from rag_pg.source.markdown import PARSER_VERSION
 from rag_pg.source.markdown.outline import Block, Heading, outline
 from rag_pg.source.markdown.slugs import SlugStyle, check_style, github_slug
 from rag_pg.source.markdown.split import Budget, Piece, split_block, trailing_sentences
-from rag_pg.source.tokens import SEPARATOR, estimate_tokens, max_words_within
+from rag_pg.source.tokens import SEPARATOR, chunk_hash, estimate_tokens, max_words_within
 
 __all__ = [
     "PARSER_VERSION",
@@ -188,7 +187,7 @@ class Chunker:
                     position=len(spans),
                     content=text,
                     token_count=estimate_tokens(text),
-                    content_hash=hashlib.sha256(text.encode("utf-8")).hexdigest(),
+                    content_hash=chunk_hash(title, text),
                     line_start=first_line + start, line_end=first_line + end - 1,
                 )
                 spans.append(ChunkSpan(chunk, first_line + start, first_line + end - 1))

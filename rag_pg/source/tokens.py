@@ -3,6 +3,8 @@ part of chunking that the embedding clients and the services need, without the p
 
 from __future__ import annotations
 
+import hashlib
+
 from rag_pg.models import Chunk
 
 SEPARATOR = "\n\n"  # between a chunk's pieces, and between its context and its content
@@ -40,3 +42,9 @@ def context_prefix(chunk: Chunk) -> str:
 def embedding_text(chunk: Chunk) -> str:
     """The text sent to the embedder; the stored ``content`` stays the chunk alone."""
     return f"{context_prefix(chunk)}{SEPARATOR}{chunk.content}"
+
+
+def chunk_hash(section: str, content: str) -> str:
+    """A chunk's ``content_hash``: its section and its text, what its vector and keywords are
+    made of with the document's title (``ragpg check`` recomputes it in SQL)."""
+    return hashlib.sha256(f"{section}\n{content}".encode()).hexdigest()

@@ -36,10 +36,10 @@ CHECKS: tuple[tuple[str, str, str], ...] = (
         JOIN {s}.document d ON d.id = c.document_id AND d.collection = c.collection
         JOIN {s}.collection col ON col.name = d.collection AND col.model = v.model
         WHERE vector_dims(v.embedding) <> col.dimension GROUP BY d.path"""),
-    ("content_hash", "a chunk's text differs from the text it was indexed with",
+    ("content_hash", "a chunk's section or text differs from what it was indexed with",
      """SELECT d.path AS subject, count(*) || ' chunks changed since they were indexed' AS detail
         FROM {s}.chunk c JOIN {s}.document d ON d.id = c.document_id AND d.collection = c.collection
-        WHERE c.content_hash <> encode(sha256(convert_to(c.content, 'UTF8')), 'hex')
+        WHERE c.content_hash <> encode(sha256(convert_to(c.section || E'\\n' || c.content, 'UTF8')), 'hex')
         GROUP BY d.path"""),
     ("zero_vector", "a vector is all zeros (it has no direction: no search can find its chunk)",
      """SELECT d.path AS subject, count(*) || ' zero vectors' AS detail
@@ -103,6 +103,8 @@ class Problem:
 
 
 READER_SETTINGS = "reader_settings"
+# A sampled chunk whose model the configured embedder does not make (nothing to repair).
+SAMPLE_UNCHECKED = "sample_unchecked"
 # Problems whose subject is a collection: repaired by counting its statistics again.
 STATISTICS = ("term_stat", "chunk_stat")
 
@@ -127,7 +129,8 @@ def mark_for_repair(conn: psycopg.Connection[Any], problems: list[Problem], sche
     """Make the next ingest re-index the documents concerned, even if their files are
     unchanged, and count again the statistics of the collections concerned (marked pending:
     searches do without them meanwhile). Returns the documents and collections marked."""
-    paths = sorted({p.subject for p in problems if p.code not in (READER_SETTINGS, *STATISTICS)})
+    paths = sorted({p.subject for p in problems
+                    if p.code not in (READER_SETTINGS, SAMPLE_UNCHECKED, *STATISTICS)})
     collections = sorted({p.subject for p in problems if p.code in STATISTICS})
     s = sql.Identifier(schema)
     marked = 0

@@ -33,3 +33,15 @@ SELECT c.position, c.section, c.anchor, c.content, c.token_count, v.embedding::r
 FROM {schema}.chunk c LEFT JOIN {schema}.chunk_vector v
   ON v.chunk_id = c.id AND v.collection = c.collection AND v.model = %(model)s
 WHERE c.document_id = %(document_id)s ORDER BY c.position;
+
+-- name: check_sample
+-- Chunks drawn at random with their vector of their collection's model (ragpg check --sample).
+SELECT d.path, d.title, c.position, c.section, c.anchor, c.content, c.token_count,
+       c.content_hash, col.model, col.dimension, v.embedding::real[] AS embedding
+FROM {schema}.chunk c
+JOIN {schema}.document d ON d.id = c.document_id AND d.collection = c.collection
+JOIN {schema}.collection col ON col.name = c.collection
+JOIN {schema}.chunk_vector v
+  ON v.chunk_id = c.id AND v.collection = c.collection AND v.model = col.model
+ORDER BY random()
+LIMIT %(n)s;
