@@ -134,8 +134,8 @@ def stats(obj: Context, collection: str | None, as_json: bool) -> None:
 @click.pass_obj
 def check(obj: Context, repair: bool, sample: int | None, as_json: bool) -> None:
     """Check the index's invariants (chunks, positions, vectors, dimensions); exit 1 if any fails."""
-    from rag_pg.store.integrity import STATISTICS, mark_for_repair
     from rag_pg.store.integrity import check as run_check
+    from rag_pg.store.integrity import mark_for_repair
 
 
     def go() -> int:
@@ -153,20 +153,26 @@ def check(obj: Context, repair: bool, sample: int | None, as_json: bool) -> None
             emit_json({"ok": not problems, "problems": [p.to_dict() for p in problems],
                        "marked_for_repair": marked})
         else:
-            for p in problems:
-                click.echo(f"{p.code}: {p.subject}: {p.detail}")
-            recount = len({p.subject for p in problems if p.code in STATISTICS}) if marked else 0
-            click.echo("index ok" if not problems else f"{len(problems)} problem(s)"
-                       + (f"; {marked - recount} document(s) will be re-indexed by the next ingest"
-                          if marked > recount else "")
-                       + (f"; {recount} collection(s)' statistics will be counted again by the next"
-                          " ingest" if recount else ""))
+            _print_problems(problems, marked)
         return EXIT_OK if not problems else EXIT_PARTIAL
 
     run_guarded(go)
 
 
 # -- rendering ---------------------------------------------------------------------------------
+
+def _print_problems(problems: list[Any], marked: int) -> None:
+    from rag_pg.store.integrity import STATISTICS
+
+    for p in problems:
+        click.echo(f"{p.code}: {p.subject}: {p.detail}")
+    recount = len({p.subject for p in problems if p.code in STATISTICS}) if marked else 0
+    click.echo("index ok" if not problems else f"{len(problems)} problem(s)"
+               + (f"; {marked - recount} document(s) will be re-indexed by the next ingest"
+                  if marked > recount else "")
+               + (f"; {recount} collection(s)' statistics will be counted again by the next"
+                  " ingest" if recount else ""))
+
 
 
 def _print_stats(data: dict[str, Any]) -> None:
