@@ -217,23 +217,7 @@ def _prepare(
         )
     document = parse_document(item.path, item.data, item.text)
     embeds = document.embed and model is not None
-    if sidecar.model is not None:
-        if model is None:
-            raise SidecarError("model_mismatch", "the collection has no embedding model to match")
-        if sidecar.model != model or sidecar.dimension != dimension:
-            raise SidecarError(
-                "model_mismatch",
-                f"the sidecar's vectors are {sidecar.model!r} ({sidecar.dimension} d) but collection"
-                f" is indexed with {model!r} ({dimension} d): ragpg will not mix them",
-            )
-        if not document.embed:
-            raise SidecarError("invalid_sidecar", "vectors for a file whose front-matter says embed: false")
-    elif embeds:
-        raise SidecarError(
-            "model_mismatch",
-            f"the sidecar has no embeddings but the collection is vectorised with {model!r}:"
-            " run `ragpg ingest` for this file",
-        )
+    _check_model(sidecar, document, model, dimension)
     size = manifest.get("chunk_size", settings.chunk.size)
     overlap = manifest.get("chunk_overlap", settings.chunk.overlap)
     # A sidecar that does not say (an older exporter) is taken as made with these settings.
@@ -258,6 +242,28 @@ def _prepare(
         source_root=root_key,
     )
     return prepared, model if embeds else None
+
+
+def _check_model(sidecar: Sidecar, document: Document, model: str | None,
+                 dimension: int | None) -> None:
+    """The sidecar's vectors are the collection's model's, or there are none to bring."""
+    if sidecar.model is not None:
+        if model is None:
+            raise SidecarError("model_mismatch", "the collection has no embedding model to match")
+        if sidecar.model != model or sidecar.dimension != dimension:
+            raise SidecarError(
+                "model_mismatch",
+                f"the sidecar's vectors are {sidecar.model!r} ({sidecar.dimension} d) but collection"
+                f" is indexed with {model!r} ({dimension} d): ragpg will not mix them",
+            )
+        if not document.embed:
+            raise SidecarError("invalid_sidecar", "vectors for a file whose front-matter says embed: false")
+    elif document.embed and model is not None:
+        raise SidecarError(
+            "model_mismatch",
+            f"the sidecar has no embeddings but the collection is vectorised with {model!r}:"
+            " run `ragpg ingest` for this file",
+        )
 
 
 def _fail(report: IngestReport, path: str, message: str, kind: str) -> None:
