@@ -13,6 +13,7 @@ import pytest
 from rag_pg import RagPG, Settings
 from rag_pg.errors import DimensionMismatch, EmbeddingError
 
+from .conftest import run_cli
 from .invariants import dump, violations
 
 
@@ -361,3 +362,23 @@ def test_non_documents_are_all_counted_but_listed_up_to_a_limit(db_url, embed_se
     assert report.files_skipped == {"not_markdown": 8, "hard_excluded": 1}
     assert [s.reason for s in report.skipped].count("not_markdown") == 5
     assert ("SCRATCH.md", "hard_excluded") in [(s.path, s.reason) for s in report.skipped]
+
+
+def test_a_service_that_answers_every_batch_malformed_stops_the_run(db_url, embed_server, corpus,
+                                                                    tmp_path):
+    """N7: when a group fails, then each of its documents alone, all with malformed answers,
+    the service is at fault: the run stops (exit 3, one line) instead of failing every
+    document one by one, nothing is written, and every call made is counted."""
+    env = {"RAGPG_DATABASE_URL": db_url, "RAGPG_EMBEDDING_URL": embed_server.url,
+           "RAGPG_EMBEDDING_ATTEMPTS": "1"}
+    embed_server.fault = "wrong_count"
+    out = run_cli(["ingest", str(corpus)], env=env, cwd=tmp_path)
+    assert out.returncode == 3, out.stderr
+    [line] = [ln for ln in out.stderr.splitlines() if ln.strip()]
+    assert "answers malformed" in line and "Traceback" not in out.stderr
+    with psycopg.connect(db_url) as conn:
+        documents = conn.execute("SELECT count(*) FROM ragpg.document").fetchone()
+        run = conn.execute("SELECT status, embedding_calls FROM ragpg.ingest_run"
+                           " ORDER BY id DESC LIMIT 1").fetchone()
+    assert documents == (0,)
+    assert run is not None and run[0] == "failed" and run[1] == embed_server.calls > 1

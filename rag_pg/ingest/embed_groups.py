@@ -37,7 +37,6 @@ class EmbeddedGroup:
 
     ready: list[PreparedDocument]
     refused: list[FailedDocument] = field(default_factory=list)
-    calls: int = 0
     tokens: int = 0
     reused: int = 0
     # The vectors this group got from the model, by key: the next group, planned before
@@ -53,6 +52,8 @@ class GroupEmbedder:
         progress: Callable[[str, dict[str, Any]], None],
     ):
         self.provider = provider
+        # Every call made to the provider, answered or failed (a run reports its share).
+        self.calls = 0
         self.settings = settings
         self.q = queries
         self.progress = progress
@@ -126,6 +127,13 @@ class GroupEmbedder:
                 refused.add(id(item))
                 embedded.refused.append(FailedDocument(
                     path=item.document.path, error=str(error), kind=error.kind))
+        if len(needing) > 1 and all(f.kind == "malformed" for f in embedded.refused) \
+                and len(embedded.refused) == len(needing):
+            # Every document alone got a malformed answer: the service is at fault, not them,
+            # and every later group would fail the same way.
+            raise EmbeddingError.unavailable(
+                f"the embedding service answers malformed: a group of {len(needing)} documents"
+                f" failed, then each of them alone ({embedded.refused[0].error})")
         embedded.ready = [p for p in items if id(p) not in refused]
         return embedded
 
@@ -147,15 +155,19 @@ class GroupEmbedder:
         self._total += len(texts)
 
         def done(count: int) -> None:
-            embedded.calls += 1
+            self.calls += 1
             self._done += count
             self.progress("embedded", {"count": count, "embedded": self._done,
                                        "total": self._total, "report": report})
 
-        stacked = embed_all(
-            self.provider, "passage", texts, batch_size=settings.batch_size,
-            batch_tokens=settings.batch_tokens, concurrency=settings.concurrency, on_batch=done,
-        )
+        try:
+            stacked = embed_all(
+                self.provider, "passage", texts, batch_size=settings.batch_size,
+                batch_tokens=settings.batch_tokens, concurrency=settings.concurrency, on_batch=done,
+            )
+        except EmbeddingError:
+            self.calls += 1  # the call that failed was made too
+            raise
         embedded.fresh.update(plan.assign(items, known, stacked))
         embedded.tokens += plan.tokens
         embedded.reused += plan.reused

@@ -87,6 +87,7 @@ class Ingestor:
         self.progress = progress or (lambda event, data: None)
         self.warn = warn or (lambda message: None)
         self.embedder = GroupEmbedder(provider, settings.embedding, self.store.q, self.progress)
+        self._calls_before = 0  # the embedder's calls when the current run began
         self._model_confirmed = True  # False while the run relies on the collection's bound model
 
     def _chunker(self, root: Path | None) -> Chunker:
@@ -182,6 +183,7 @@ class Ingestor:
                 conn, source_root=report.source_root, collection=collection,
                 mode="full" if full else "incremental", model=model,
             )
+        self._calls_before = self.embedder.calls
         return _Opened(states, model, dimension, defer_stats, defer_index)
 
     def _write_model(self, bound: tuple[str | None, int | None] | None) -> tuple[str | None, int | None]:
@@ -209,6 +211,7 @@ class Ingestor:
     def _close(self, conn: psycopg.Connection[Any], collection: str, opened: _Opened,
                report: IngestReport, status: str, started: float, *, dry_run: bool) -> None:
         """The run's end, whatever stopped it: what was left for it, then its row."""
+        report.embedding_calls = self.embedder.calls - self._calls_before
         if opened.defer_stats:
             try:
                 self.store.rebuild_term_stats(conn, collection)
@@ -333,7 +336,7 @@ class Ingestor:
         report: IngestReport, model: str | None,
     ) -> None:
         """Count what embedding did, then write the group's documents in one transaction."""
-        report.embedding_calls += embedded.calls
+        report.embedding_calls = self.embedder.calls - self._calls_before
         report.tokens_embedded += embedded.tokens
         report.chunks_reused += embedded.reused
         for refused in embedded.refused:
