@@ -39,6 +39,7 @@ APPLICATION_NAME = "ragpg"
 OWN_CONNECTION_OPTIONS = "-c idle_in_transaction_session_timeout=300000 -c lock_timeout=60000"
 
 DEFAULT_CONNECT_TIMEOUT = DatabaseSettings().connect_timeout
+POOL_CLOSE_WAIT = 1.0  # seconds closing a pool waits for its workers
 DEFAULT_CALL_TIMEOUT = DatabaseSettings().call_timeout
 
 # TCP keepalives and tcp_user_timeout (libpq options, ignored on a Unix socket): a peer that
@@ -95,7 +96,7 @@ class DeadlineConnection(psycopg.Connection[TupleRow]):
             # Cancel (the server stops the statement once it runs again), then close: the
             # state of a connection abandoned mid-call is unknown, it must not be reused.
             try:  # quietly: psycopg's own helper would log a warning line beside ours
-                self.cancel_safe(timeout=min(limit, 2.0))
+                self.cancel_safe(timeout=cancel_budget(limit))
             except Exception:  # noqa: BLE001 - the server may not even take the request
                 pass
             self.pgconn.finish()
@@ -103,6 +104,13 @@ class DeadlineConnection(psycopg.Connection[TupleRow]):
                 f"the database did not answer within {limit:g} s (database.call_timeout):"
                 " the call was cancelled and its connection closed"
             ) from None
+
+
+def cancel_budget(limit: float) -> float:
+    """How long a call past its deadline may still spend asking the server to cancel it: a
+    quarter of the deadline, one second at most (a blackholed server never answers the cancel
+    request either). A call so ends within ``call_timeout`` plus this budget."""
+    return min(1.0, limit / 4)
 
 
 def _deadline_connect(url: str, connect_timeout: float,
@@ -258,7 +266,9 @@ class PoolSource:
         with self._open_lock:
             self._closed = True
         if not self._pool.closed:
-            self._pool.close()
+            # A worker still trying to connect (to a server that went silent) is left to its
+            # own connect timeout: closing does not wait for it past this.
+            self._pool.close(timeout=POOL_CLOSE_WAIT)
 
 
 class BorrowedConnection:
