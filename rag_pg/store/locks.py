@@ -88,12 +88,16 @@ def collection_lock(
                 warn(f"waiting for another ingest of collection {collection!r} ({who})")
                 told = True
             time.sleep(0.2)
+        failed = True
         try:
             yield
+            failed = False
         finally:
-            # A dedicated connection's lock goes with it when it closes (no round trip that a
-            # frozen server would make wait a second time); a caller's must be released.
-            if dedicated is None:
+            # Released explicitly when the run ended well: a closed connection's lock goes
+            # only once its server process has exited, after close() returned, and the next
+            # run (or a check) must not find it held. After a failure the connection is
+            # closed without that round trip (a frozen server would make it wait again).
+            if dedicated is None or not failed:
                 try:
                     lock_conn.execute("SELECT pg_advisory_unlock(%s, %s)", (LOCK_CLASS, key))
                 except psycopg.Error:
