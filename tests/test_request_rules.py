@@ -28,3 +28,10 @@ def test_the_schema_states_the_nul_rule_of_every_stored_text():
         pattern = next(p for p in patterns if p)
         assert re.fullmatch(pattern.replace("\\u0000", "\x00"), "docs/ops") is not None
         assert re.fullmatch(pattern.replace("\\u0000", "\x00"), "do\x00cs") is None
+
+
+def test_the_integer_fields_keep_their_bounds_in_the_schema():
+    schema = SearchRequest.model_json_schema()["properties"]
+    assert {"type": "integer", "minimum": 1} in schema["k"]["anyOf"]
+    assert (schema["neighbours"]["minimum"], schema["neighbours"]["type"]) == (0, "integer")
+    assert "'ge':" not in str(schema)  # a constraint pydantic could not turn into JSON Schema

@@ -114,8 +114,7 @@ def _whole(value: Any) -> Any:
     return value
 
 
-#: An integer as the OpenAPI schema states it: a JSON number without a fractional part.
-Whole = Annotated[int, BeforeValidator(_whole)]
+_WHOLE = BeforeValidator(_whole)  # an integer as the OpenAPI schema states it
 #: What the schema says of text the database stores: no NUL character (checked by check_text).
 NO_NUL: dict[str, Any] = {"pattern": "^[^\\u0000]*$"}
 
@@ -132,7 +131,8 @@ class SearchRequest(BaseModel):
 
     query: str = Field(description="The question or keywords, in any language the corpus uses.",
                        json_schema_extra=NO_NUL)
-    k: Whole | None = Field(None, ge=1, description="How many hits (default: retrieval.k).")
+    k: Annotated[int, Field(ge=1), _WHOLE] | None = Field(
+        None, description="How many hits (default: retrieval.k).")
     mode: Mode | None = Field(
         None, description="hybrid (vectors + keywords, fused), vector or keyword; default hybrid when vectors exist."
     )
@@ -147,13 +147,16 @@ class SearchRequest(BaseModel):
     filters: dict[str, Any] | None = Field(
         None, description="Front-matter values to match: equality, or containment for lists/objects."
     )
-    level: Whole | None = Field(None, ge=0, le=MAX_LEVEL, description="Summary-tree level (0 = source text).")
+    level: Annotated[int, Field(ge=0, le=MAX_LEVEL), _WHOLE] | None = Field(
+        None, description="Summary-tree level (0 = source text).")
     node_type: str | None = Field(
         None, min_length=1, max_length=64, description="Summary-tree node type: source or summary.",
         json_schema_extra=NO_NUL,
     )
-    max_per_document: Whole | None = Field(None, ge=1, description="At most this many hits per document.")
-    neighbours: Whole = Field(0, ge=0, le=MAX_NEIGHBOURS, description="Merge ±N neighbouring chunks into each hit.")
+    max_per_document: Annotated[int, Field(ge=1), _WHOLE] | None = Field(
+        None, description="At most this many hits per document.")
+    neighbours: Annotated[int, Field(ge=0, le=MAX_NEIGHBOURS), _WHOLE] = Field(
+        0, description="Merge ±N neighbouring chunks into each hit.")
     expand: Expansion | None = Field(
         None, description="Attach the parent's or the children's text to each hit."
     )
