@@ -36,10 +36,9 @@ SHAPES: dict[str, dict[str, Any]] = {
     "vector_collection_exact": {"mode": "vector", "exact": True, "candidates": 10},
     # a whole collection, capped per document: the general vector leg
     "vector_capped": {"mode": "vector", "max_per_document": 1},
-    # filtered: the statement decides exact or index from the filters' row count
-    "vector_path_prefix": {"mode": "vector", "path_prefix": "docs/ops"},
-    "vector_front_matter": {"mode": "vector", "front_matter": {"lang": "fr"}},
-    "vector_level_node_type": {"mode": "vector", "level": 1, "node_type": "summary"},
+    # filtered: the statement decides exact or index from the filters' row count; every
+    # filter's fragment is in it (each alone only leaves the others out)
+    "vector_filtered": {"mode": "vector", **FILTERS},
     "vector_halfvec": {"mode": "vector", "candidates": 10, "vector_kind": "halfvec"},
     "keyword": {"mode": "keyword"},
     "keyword_filtered": {"mode": "keyword", **FILTERS},
@@ -50,9 +49,6 @@ SHAPES: dict[str, dict[str, Any]] = {
     "hybrid": {"mode": "hybrid"},
     "hybrid_exact": {"mode": "hybrid", "exact": True},
     "hybrid_filtered": {"mode": "hybrid", **FILTERS},
-    "hybrid_path_prefix": {"mode": "hybrid", "path_prefix": "docs/ops"},
-    "hybrid_front_matter": {"mode": "hybrid", "front_matter": {"lang": "fr"}},
-    "hybrid_level": {"mode": "hybrid", "level": 0},
     "hybrid_expand_parent": {"mode": "hybrid", "neighbours": 1, "expand": "parent"},
     "hybrid_expand_children": {"mode": "hybrid", "expand": "children", "level": 1},
 }

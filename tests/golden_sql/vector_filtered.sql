@@ -10,6 +10,14 @@ WITH vec_scope AS (
            AS exact
     FROM (SELECT d.chunk_count FROM "ragpg".document d
           WHERE d.embed AND d.chunk_count > 0 AND d.collection = %(collection)s
+      AND (d.path = %(path_prefix)s
+ OR (d.path COLLATE "C" >= %(path_prefix_dir)s AND d.path COLLATE "C" < %(path_prefix_end)s))
+      AND NOT EXISTS (
+    SELECT 1 FROM jsonb_each(%(front_matter)s::jsonb) AS f(key, value)
+    WHERE NOT (d.front_matter @> jsonb_build_object(f.key, f.value)
+               OR (jsonb_typeof(f.value) NOT IN ('array', 'object')
+                   AND d.front_matter @> jsonb_build_object(f.key, jsonb_build_array(f.value))))
+)
       AND d.level = %(level)s
       AND d.node_type = %(node_type)s
           LIMIT 5000 + 1) s
@@ -21,6 +29,14 @@ vec_ann AS MATERIALIZED (
     JOIN "ragpg".chunk c ON c.id = cv.chunk_id AND c.collection = cv.collection
     JOIN "ragpg".document d ON d.id = c.document_id AND d.collection = c.collection
     WHERE cv.collection = %(collection)s AND cv.model = 'fake-bow-64' AND d.collection = %(collection)s
+      AND (d.path = %(path_prefix)s
+ OR (d.path COLLATE "C" >= %(path_prefix_dir)s AND d.path COLLATE "C" < %(path_prefix_end)s))
+      AND NOT EXISTS (
+    SELECT 1 FROM jsonb_each(%(front_matter)s::jsonb) AS f(key, value)
+    WHERE NOT (d.front_matter @> jsonb_build_object(f.key, f.value)
+               OR (jsonb_typeof(f.value) NOT IN ('array', 'object')
+                   AND d.front_matter @> jsonb_build_object(f.key, jsonb_build_array(f.value))))
+)
       AND d.level = %(level)s
       AND d.node_type = %(node_type)s
       AND NOT (SELECT exact FROM vec_scope)
@@ -36,6 +52,14 @@ vec_exact AS MATERIALIZED (
           JOIN "ragpg".chunk_vector cv
             ON cv.chunk_id = c.id AND cv.collection = c.collection AND cv.model = 'fake-bow-64'
           WHERE d.collection = %(collection)s
+      AND (d.path = %(path_prefix)s
+ OR (d.path COLLATE "C" >= %(path_prefix_dir)s AND d.path COLLATE "C" < %(path_prefix_end)s))
+      AND NOT EXISTS (
+    SELECT 1 FROM jsonb_each(%(front_matter)s::jsonb) AS f(key, value)
+    WHERE NOT (d.front_matter @> jsonb_build_object(f.key, f.value)
+               OR (jsonb_typeof(f.value) NOT IN ('array', 'object')
+                   AND d.front_matter @> jsonb_build_object(f.key, jsonb_build_array(f.value))))
+)
       AND d.level = %(level)s
       AND d.node_type = %(node_type)s AND (SELECT exact FROM vec_scope)
           OFFSET 0) e
