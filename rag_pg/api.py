@@ -21,14 +21,12 @@ from rag_pg.errors import (
     SchemaMissing,
 )
 from rag_pg.models import DocumentRecord, Hit, IngestReport, Stats
-from rag_pg.search.hits import with_citation_urls
 from rag_pg.search.locate import DEFAULT_DEPTH as LOCATE_DEPTH
 from rag_pg.search.locate import Location, locate_target
 from rag_pg.search.plan import (
     Expansion,
     Mode,
 )
-from rag_pg.search.run import SearchOptions, SearchRunner
 from rag_pg.store import records, replica, tenancy
 from rag_pg.store.boundary import guarded_methods
 from rag_pg.store.db import (
@@ -45,6 +43,8 @@ from rag_pg.store.runs import abort_stale_runs
 
 if TYPE_CHECKING:
     from rag_pg.ingest.run import ProgressFn
+    from rag_pg.search.run import SearchRunner
+    from rag_pg.search.statement import Searcher
 
 
 def upgrade_schema(conn: psycopg.Connection[Any], schema: str = "ragpg") -> str:
@@ -99,8 +99,7 @@ class RagPG:
         self._provider_lock = threading.Lock()
         self._gate: CallGate | None = None
         self.store = Store(self.settings.database.schema, self.settings.index)
-        self._runner = SearchRunner(self.settings, self.reads, lambda: self.provider)
-        self.searcher = self._runner.searcher
+        self._search_runner: SearchRunner | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -113,6 +112,19 @@ class RagPG:
         if self._gate is not None:
             return GatedProvider(self._provider, self._gate)
         return self._provider
+
+    def _runner(self) -> SearchRunner:
+        """The search stage, loaded with the first search: an ingest never needs it."""
+        if self._search_runner is None:
+            from rag_pg.search.run import SearchRunner
+
+            self._search_runner = SearchRunner(self.settings, self.reads, lambda: self.provider)
+        return self._search_runner
+
+    @property
+    def searcher(self) -> Searcher:
+        """The search statements of this index's schema."""
+        return self._runner().searcher
 
     def bound_embedding_calls(self, slots: int, queue: int, *, patience: float = 30.0) -> None:
         """At most ``slots`` embedding calls at once from this object's threads; ``queue`` more
@@ -229,10 +241,13 @@ class RagPG:
         passage; ``expand`` ("parent" | "children") attaches the related node's text in
         ``hit.extra["expanded"]``; ``rerank`` applies the configured cross-encoder.
         """
+        from rag_pg.search.hits import with_citation_urls
+        from rag_pg.search.run import SearchOptions
+
         options = SearchOptions(path_prefix=path_prefix, filters=filters, level=level,
                                 node_type=node_type, max_per_document=max_per_document,
                                 neighbours=neighbours, expand=expand)
-        hits = self._runner.search(query, k, mode=mode, collection=collection, rerank=rerank,
+        hits = self._runner().search(query, k, mode=mode, collection=collection, rerank=rerank,
                                    options=options)
         return with_citation_urls(hits, self.settings.citation.url)
 
@@ -313,7 +328,7 @@ class RagPG:
             self._require_collection(conn, collection or self.settings.collection)
 
     def _require_collection(self, conn: psycopg.Connection[Any], collection: str) -> None:
-        self._runner.require_collection(conn, collection)
+        self._runner().require_collection(conn, collection)
 
 
 class _Checked:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -95,10 +96,9 @@ class Hit:
     extra: dict[str, Any] = field(default_factory=dict)
     # The site's URL of the passage, from the [citation] url template (None without one).
     url: str | None = None
-    #: What the passage holds that is written to steer a model reading it (prompt injection:
-    #: ``instruction_override``, ``role_tag``, ``hidden_comment``...), as the search found it;
-    #: empty for ordinary text. Read it before handing the passage to a model.
-    flags: tuple[str, ...] = ()
+    # How the passage is read for prompt injection: the search that made the hit gives it
+    # (``rag_pg.source.injection.scan``); read on demand, as scanning costs ~0.7 ms a passage.
+    scanner: Callable[[str], tuple[str, ...]] | None = field(default=None, repr=False, compare=False)
 
     @property
     def path(self) -> str:
@@ -117,6 +117,13 @@ class Hit:
         whatever fused or reranked them since."""
         return {leg: self.scores[leg] for leg in ("vector", "keyword", "title", "phrase")
                 if leg in self.scores}
+
+    @property
+    def flags(self) -> tuple[str, ...]:
+        """What the passage holds that is written to steer a model reading it (prompt
+        injection: ``instruction_override``, ``role_tag``, ``hidden_comment``...); empty for
+        ordinary text. Read it before handing the passage to a model."""
+        return self.scanner(self.chunk.content) if self.scanner is not None else ()
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON shape of a hit (``ragpg search --json``, HTTP API, MCP)."""

@@ -83,12 +83,20 @@ def test_usage_and_config_errors_exit_2(db_url, tmp_path):
     assert out.returncode == 2 and "not a directory" in out.stderr
 
 
-def test_blank_query_and_k_zero_return_nothing(db_url, tmp_path):
+def test_a_blank_query_returns_nothing_and_k_zero_is_refused(db_url, tmp_path):
+    """k < 1 is refused as the HTTP API and MCP refuse it (it printed 'no hits', exit 0)."""
     env = env_for(db_url, RAGPG_EMBEDDING_PROVIDER="none")
-    for args in (["search", "   ", "--json"], ["search", "x", "-k", "0", "--json"]):
-        out = run_cli(args, env=env, cwd=tmp_path)
-        assert out.returncode == 0, out.stderr
-        assert json.loads(out.stdout) == []
+    out = run_cli(["search", "   ", "--json"], env=env, cwd=tmp_path)
+    assert out.returncode == 0 and json.loads(out.stdout) == [], out.stderr
+    out = run_cli(["search", "x", "-k", "0", "--json"], env=env, cwd=tmp_path)
+    assert out.returncode == 2 and out.stderr.strip() == "ragpg: error: k must be >= 1 (got 0)"
+
+
+def test_a_search_before_init_says_the_schema_is_missing(empty_db_url, tmp_path):
+    env = env_for(empty_db_url, RAGPG_EMBEDDING_PROVIDER="none")
+    out = run_cli(["search", "une question"], env=env, cwd=tmp_path)
+    assert out.returncode == 2, out.stderr
+    assert "schema is not initialised: run `ragpg init`" in out.stderr and "pgvector" not in out.stderr
 
 
 def test_dry_run_lists_changes(db_url, embed_server, corpus, tmp_path):

@@ -310,3 +310,25 @@ def test_detect_style_on_the_real_fixture_trees() -> None:
     assert detect_style(FIXTURES / "real-md" / "astro-docs-fr") == "github"
     if SHARED.is_dir():  # its mkdocs.yml travels with the full tree only
         assert detect_style(SHARED / "mkdocs-material-docs") == "mkdocs"
+
+
+@pytest.mark.parametrize("identifier", [
+    "vue.js-privacy-policy", "api-v2.0", "a:b", "x.y.z", "ä.ö", "a/b", "step_1.2",
+])
+def test_an_explicit_id_is_kept_whole_as_the_renderers_keep_it(identifier):
+    """``{#vue.js-privacy-policy}`` is that whole id for markdown-it-attrs (VitePress) and for
+    Python-Markdown's attr_list: the anchor is the id, dots, colons and slashes included."""
+    import markdown
+
+    body = f"# Page\n\n## Politique de confidentialité {{#{identifier}}}\n\nTexte.\n"
+    rendered = markdown.Markdown(extensions=["attr_list"]).convert(body)
+    assert f'id="{identifier}"' in rendered  # the renderer's own reading
+    headings = [item for item in outline(body).items if isinstance(item, Heading)]
+    assert [h.anchor for h in headings if h.level == 2] == [identifier]
+    assert [h.title for h in headings if h.level == 2] == ["Politique de confidentialité"]
+
+
+def test_a_class_after_a_dotted_id_stays_a_class():
+    headings = [item for item in outline("## Titre {#x.y .note}\n\nTexte.\n").items
+                if isinstance(item, Heading)]
+    assert [(h.anchor, h.title) for h in headings] == [("x.y", "Titre")]

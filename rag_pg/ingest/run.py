@@ -56,6 +56,11 @@ class _Pending:
     chunks: int = 0
 
 
+def _cheap(event: object) -> bool:
+    """An event that holds no document to write: passed between threads in batches."""
+    return isinstance(event, Unchanged | SkippedFile)
+
+
 @dataclass(frozen=True, slots=True)
 class _Opened:
     """What a run starts from (see :meth:`Ingestor._open`)."""
@@ -250,7 +255,7 @@ class Ingestor:
                                memory_limit=limits.memory_limit_mb * 2**20) as converter, \
                 closing(read_ahead(preparer.events(root, rules, states, converter, full=full,
                                                    model=model, root_key=root_key),
-                                   WRITE_GROUP_DOCUMENTS)) as events:
+                                   WRITE_GROUP_DOCUMENTS, cheap=_cheap)) as events:
             ahead: Future[EmbeddedGroup] | None = None
             non_documents = 0
             for event in events:

@@ -206,7 +206,7 @@ def hit_of(r: Ranked) -> Hit:
     )
     return Hit(chunk=chunk, score=float(r.score), collection=c.collection, document_id=c.document_id,
                chunk_id=c.chunk_id, ranks=r.ranks, scores=r.scores, parts=r.parts,
-               flags=injection.scan(c.content))
+               scanner=injection.scan)
 
 
 def with_citation_urls(hits: list[Hit], template: str | None) -> list[Hit]:

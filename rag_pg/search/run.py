@@ -70,7 +70,9 @@ class SearchRunner:
                rerank: bool | None, options: SearchOptions) -> list[Hit]:
         """:meth:`RagPG.search`: the best passages for ``query``, best first."""
         k = self.settings.retrieval.k if k is None else k
-        if not query or not query.strip() or k <= 0:
+        if k < 1:  # the rule of every surface: the HTTP API and MCP refuse it too
+            raise ConfigError(f"k must be >= 1 (got {k})")
+        if not query or not query.strip():
             return []
         collection = collection or self.settings.collection
         if mode is not None and mode not in MODES:
@@ -107,7 +109,10 @@ class SearchRunner:
         vectors), the plan made from what the snapshot read runs instead, once."""
         query = vectors.query
         with self.reads.connection() as conn:
-            prepare(conn)  # pgvector's types, unless this connection has them already
+            try:
+                prepare(conn)  # pgvector's types, unless this connection has them already
+            except ExtensionUnavailable:  # a database ragpg init never ran on
+                raise SchemaMissing.not_initialised(self.settings.database.schema) from None
             plan = self._plan(query, k, wanted, collection, expected, use_rerank, options, vectors)
             if plan is None:
                 self.require_collection(conn, collection)

@@ -25,7 +25,10 @@ from mdit_py_plugins.utils import is_code_block
 _CONTAINER_NAME = re.compile(r"\s*[A-Za-z][\w-]*")
 _TAB_LINE = re.compile(r'===[+!]?[ \t]+"(.*)"[ \t]*$')
 _TRAILING_ATTRS = re.compile(r"[ \t]*\{([^{}\n]*)\}[ \t]*$")
-_ATTR_TOKEN = re.compile(r"""\s*(#[^\s"'#.]+|\.[^\s"'#.]+|[\w:-]+=(?:"[^"]*"|'[^']*'|[^\s"']+)|[\w:-]+)""")
+# An id runs to the next space or brace: ``{#vue.js-privacy-policy}`` is that whole id, as
+# markdown-it-attrs (VitePress) and Python-Markdown's attr_list read it, not id ``vue`` and
+# class ``js-privacy-policy``.
+_ATTR_TOKEN = re.compile(r"""\s*(#[^\s"'#]+|\.[^\s"'#.]+|[\w:-]+=(?:"[^"]*"|'[^']*'|[^\s"']+)|[\w:-]+)""")
 
 
 def _container_validate(params: str, _markup: str) -> bool:
