@@ -1,14 +1,16 @@
 """Real documentation pages, as their authors wrote them, through walk, parse and chunk.
 
 The fixtures are pages of two sites (Astro's French docs in MDX, mkdocs-material's docs;
-both MIT, licences beside them); the full trees are used too when ``../shared`` is beside
-the clone. What a user of those sites expects: every page indexed, the site's anchors, plain
+both MIT, licences beside them); the full trees are used too when asked for, with
+``RAGPG_REAL_MD=../shared/data/real-md`` (opt-in: a checkout beside ``../shared`` runs the same
+suite as one without). What a user of those sites expects: every page indexed, the site's anchors, plain
 titles, component and admonition text without page scaffolding, and chunks within the cap.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -31,9 +33,9 @@ from .markdown_checks import (
 
 TESTS = Path(__file__).resolve().parent
 FIXTURES = TESTS / "fixtures" / "real-md"
-SHARED = TESTS.parent.parent / "shared" / "data" / "real-md"
+SHARED = Path(os.environ["RAGPG_REAL_MD"]).resolve() if os.environ.get("RAGPG_REAL_MD") else None
 SITES = {"astro-docs-fr": "github", "mkdocs-material-docs": "mkdocs"}
-ROOTS = [FIXTURES] + ([SHARED] if SHARED.is_dir() else [])
+ROOTS = [FIXTURES] + ([SHARED] if SHARED is not None and SHARED.is_dir() else [])
 
 
 def root_id(root: Path) -> str:
