@@ -101,7 +101,7 @@ def main() -> None:
                     timed("embed, bare httpx", bare.post, a.embed_url.rstrip("/") + "/embed",
                           json={"texts": [query], "type": "query", "encoding": "base64"})
                 timed("collection read alone", searcher.read_collection, conn, a.collection)
-                plan = rag._runner._plan(query, 10, a.mode, a.collection, info, False, SearchOptions(),
+                plan = rag._runner()._plan(query, 10, a.mode, a.collection, info, False, SearchOptions(),
                                  QueryVectors(lambda: rag.provider, query))
                 if plan is None:
                     continue

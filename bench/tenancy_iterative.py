@@ -18,9 +18,8 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from rag_pg import RagPG, Settings
-from rag_pg.store import roles
 from rag_pg.config import IndexSettings
-from rag_pg.store import migrate, tenancy
+from rag_pg.store import migrate, roles, tenancy
 from rag_pg.store.documents import Store
 from rag_pg.testing.embedserver import FakeEmbeddingServer
 

@@ -16,6 +16,7 @@ import psycopg
 import pytest
 from hypothesis import HealthCheck, settings
 
+from .rows import value
 from .tiers import starts_processes
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -73,13 +74,13 @@ def pg_template(pg_server_url: str) -> Iterator[str]:
     from rag_pg.store import migrate
 
     with psycopg.connect(pg_server_url, autocommit=True) as conn:
-        version = conn.execute("SHOW server_version").fetchone()
+        version = value(conn, "SHOW server_version")
         conn.execute(f"DROP DATABASE IF EXISTS {TEMPLATE}")
         conn.execute(f"CREATE DATABASE {TEMPLATE}")
     with psycopg.connect(_admin_url(pg_server_url, TEMPLATE), autocommit=True) as conn:
         migrate.upgrade(conn, "ragpg")
-        ext = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
-    sys.stderr.write(f"\nPostgreSQL {version[0] if version else '?'}, pgvector {ext[0] if ext else '?'}\n")
+        ext = value(conn, "SELECT extversion FROM pg_extension WHERE extname = 'vector'")
+    sys.stderr.write(f"\nPostgreSQL {version if version else '?'}, pgvector {ext if ext else '?'}\n")
     yield TEMPLATE
     with psycopg.connect(pg_server_url, autocommit=True) as conn:
         conn.execute(f"DROP DATABASE IF EXISTS {TEMPLATE}")

@@ -17,6 +17,7 @@ import sys
 from pathlib import Path
 
 import psycopg
+from psycopg.rows import scalar_row
 
 from rag_pg.cli import main as ragpg_main
 from rag_pg.store import checkpoints
@@ -39,8 +40,9 @@ def main(argv: list[str]) -> None:
         if reached != site or done:
             return
         done = True
-        with psycopg.connect(url, autocommit=True, application_name="freezer") as conn:
-            pids = [row[0] for row in conn.execute(_RAGPG_BACKENDS).fetchall()]
+        with psycopg.connect(url, autocommit=True, application_name="freezer") as conn, \
+                conn.cursor(row_factory=scalar_row) as cur:
+            pids = cur.execute(_RAGPG_BACKENDS).fetchall()
         assert pids, "no ragpg backend to freeze"
         Path(pidfile).write_text(" ".join(map(str, pids)))
         for pid in pids:

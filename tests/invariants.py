@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
+from psycopg.rows import dict_row
 
 from rag_pg.store.integrity import check
 
@@ -23,12 +24,12 @@ def violations(url: str, schema: str = "ragpg") -> list[str]:
     return found
 
 
-def dump(url: str, schema: str = "ragpg") -> list[tuple[Any, ...]]:
+def dump(url: str, schema: str = "ragpg") -> list[dict[str, Any]]:
     """A canonical dump for convergence checks (I6)."""
-    with psycopg.connect(url, autocommit=True) as conn:
-        return conn.execute(
-            f"""SELECT d.collection, d.path, d.content_hash, c.position, md5(c.content),
-                       md5(round_vec) FROM "{schema}".document d
+    with psycopg.connect(url, autocommit=True) as conn, conn.cursor(row_factory=dict_row) as cur:
+        return cur.execute(
+            f"""SELECT d.collection, d.path, d.content_hash, c.position, md5(c.content) AS content,
+                       md5(round_vec) AS vector FROM "{schema}".document d
                 JOIN "{schema}".chunk c ON c.document_id = d.id
                 LEFT JOIN LATERAL (SELECT string_agg(round(x::numeric, 4)::text, ',') AS round_vec
                                    FROM "{schema}".chunk_vector v,

@@ -165,3 +165,17 @@ def test_functions_fit_on_a_screen():
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
             and node.end_lineno is not None and node.end_lineno - node.lineno + 1 > MAX_FUNCTION_LINES]
     assert sorted(long) == []
+
+
+# A row read by its position (``row[0]``, ``fetchone()[1]``): the tests read rows by name too
+# (``tests/rows.py``: one value, one column, or dicts), as the package does.
+POSITIONAL_READ = re.compile(r"fetch(?:one|all)\(\)\[\d+\]|\b(?:row|r)\[\d+\]|\brows\[\w+\]\[\d+\]")
+
+
+def test_tests_read_rows_by_name():
+    here = Path(__file__).resolve()
+    found = [f"{path.relative_to(here.parent)}:{number}"
+             for path in sorted(here.parent.rglob("*.py")) if path != here
+             for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+             if POSITIONAL_READ.search(line)]
+    assert found == []

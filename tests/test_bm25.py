@@ -18,6 +18,7 @@ from rag_pg.admin.evaluate import load_questions, mean, metrics
 from rag_pg.search.bm25 import BM25Params, keyword_query
 
 from .bm25_reference import rank, score
+from .rows import records, value
 
 DATA = Path(__file__).parent / "data" / "tldr-fr-mini"
 LANGS = ("french", "english", "simple")
@@ -61,9 +62,10 @@ def reference_scores(db_url: str, query: str, params: BM25Params) -> dict[int, f
             " (SELECT json_object_agg(lexeme, cardinality(positions)) FROM unnest(c.tsv))"
             " FROM ragpg.chunk c JOIN ragpg.document d ON d.id = c.document_id"
         ).fetchall()
-        stats = {r[0]: (float(r[1]), max(float(r[2]) / max(float(r[1]), 1), 1.0)) for r in conn.execute(
-            "SELECT language, sum(chunk_count), sum(token_count) FROM ragpg.document GROUP BY 1"
-        ).fetchall()}
+        stats = {r["language"]: (float(r["chunks"]),
+                                 max(float(r["tokens"]) / max(float(r["chunks"]), 1), 1.0))
+                 for r in records(conn, "SELECT language, sum(chunk_count) AS chunks,"
+                                        " sum(token_count) AS tokens FROM ragpg.document GROUP BY 1")}
         terms = {
             lang: dict(conn.execute(
                 "SELECT lexeme, cardinality(positions) FROM unnest(to_tsvector(%s::regconfig, %s))",
@@ -125,8 +127,8 @@ def test_sql_bm25_equals_the_reference_formula(db_url, tmp_path, query, k1, b):
     expected = reference_scores(db_url, query, BM25Params(k1, b))
     got = {h.chunk_id: h.scores["keyword"] for h in hits}
     assert set(got) == set(expected)
-    for chunk_id, value in expected.items():
-        assert got[chunk_id] == pytest.approx(value, rel=1e-9)
+    for chunk_id, want in expected.items():
+        assert got[chunk_id] == pytest.approx(want, rel=1e-9)
     assert [h.score for h in hits] == sorted((h.score for h in hits), reverse=True)
     assert [h.ranks["keyword"] for h in hits] == list(range(1, len(hits) + 1))
 
@@ -199,19 +201,19 @@ def bm25s_ndcg(db_url: str, questions_file: Path, collection: str, params: BM25P
 
     questions = load_questions(questions_file)
     with psycopg.connect(db_url) as conn:
-        rows = conn.execute(
+        rows = records(conn,
             "SELECT d.path, c.anchor, (SELECT array_agg(u.lexeme) FROM unnest(c.tsv) u,"
-            " generate_series(1, cardinality(u.positions)))"
+            " generate_series(1, cardinality(u.positions))) AS tokens"
             " FROM ragpg.chunk c JOIN ragpg.document d ON d.id = c.document_id"
-            " WHERE d.collection = %s ORDER BY c.id", (collection,)).fetchall()
+            " WHERE d.collection = %s ORDER BY c.id", (collection,))
         tokens = [
-            conn.execute("SELECT array_agg(u.lexeme) FROM unnest(to_tsvector('ragpg.french', %s)) u,"
-                         " generate_series(1, cardinality(u.positions))",
-                         (keyword_query(q.query).text,)).fetchone()[0] or []
+            value(conn, "SELECT array_agg(u.lexeme) FROM unnest(to_tsvector('ragpg.french', %s)) u,"
+                        " generate_series(1, cardinality(u.positions))",
+                  (keyword_query(q.query).text,)) or []
             for q in questions
         ]
     model = bm25s.BM25(k1=params.k1, b=params.b, method="lucene")
-    model.index([list(r[2] or ["\x01"]) for r in rows], show_progress=False)
+    model.index([list(r["tokens"] or ["\x01"]) for r in rows], show_progress=False)
     per = []
     for question, toks in zip(questions, tokens, strict=True):
         toks = [t for t in toks if t in model.vocab_dict]
@@ -221,8 +223,8 @@ def bm25s_ndcg(db_url: str, questions_file: Path, collection: str, params: BM25P
             for i in np.argsort(-values, kind="stable"):
                 if values[i] <= 0 or len(ranking) >= 10:
                     break
-                if rows[i][0] not in {p for p, _ in ranking}:
-                    ranking.append((rows[i][0], rows[i][1]))
+                if rows[i]["path"] not in {p for p, _ in ranking}:
+                    ranking.append((rows[i]["path"], rows[i]["anchor"]))
         per.append(metrics(ranking, question.relevant))
     return mean(per)["ndcg@10"]
 

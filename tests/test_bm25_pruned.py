@@ -31,6 +31,7 @@ from rag_pg.search.statement import Searcher
 from rag_pg.store.documents import PreparedDocument, Store
 
 from .bm25_reference import score, term_bound
+from .rows import value, values
 
 DATA = Path(__file__).parent / "data" / "tldr-fr-mini"
 # Frequent words repeated, so that drawn texts follow a skewed (Zipf-like) distribution;
@@ -83,8 +84,8 @@ def candidates(conn: psycopg.Connection[Any], searcher: Searcher,
     """(chunk id, keyword rank, keyword score) of the leg's list, best first."""
     with conn.transaction():
         rows = searcher.execute(conn, plan).fetchall()
-    return sorted(((r.chunk_id, r.keyword_rank, r.keyword_score) for r in rows),
-                  key=lambda r: r[1])
+    ranked = sorted(rows, key=lambda r: r.keyword_rank)
+    return [(r.chunk_id, r.keyword_rank, r.keyword_score) for r in ranked]
 
 
 def both(conn: psycopg.Connection[Any], searcher: Searcher, plan: SearchPlan) -> None:
@@ -198,11 +199,10 @@ def explained(conn: psycopg.Connection[Any], searcher: Searcher, plan: SearchPla
     """The executed plan tree of the search statement (EXPLAIN ANALYZE, JSON)."""
     with conn.transaction():
         conn.execute(searcher.q("search_settings"), searcher.settings(plan))
-        explain = conn.execute(b"EXPLAIN (ANALYZE, FORMAT JSON) "
-                               + searcher.statement(plan).as_bytes(conn),
-                               searcher.params(plan)).fetchone()
+        explain = value(conn, b"EXPLAIN (ANALYZE, FORMAT JSON) "
+                               + searcher.statement(plan).as_bytes(conn), searcher.params(plan))
     assert explain is not None
-    return (explain[0] if isinstance(explain[0], list) else json.loads(explain[0]))[0]["Plan"]
+    return (explain if isinstance(explain, list) else json.loads(explain))[0]["Plan"]
 
 
 def test_the_frequent_words_postings_are_skipped(db_url: str) -> None:
@@ -239,8 +239,8 @@ def test_chunks_without_the_rarest_word_still_enter_the_list(db_url: str) -> Non
         both(conn, searcher, plan)
         assert (rows_of(explained(conn, searcher, plan), "kw_rest") or 0) >= 5  # found past the seed
         top = {c for c, _, _ in candidates(conn, searcher, plan)}
-        short = {r[0] for r in conn.execute(
-            "SELECT id FROM ragpg.chunk WHERE collection = 'r' AND token_count = 10").fetchall()}
+        short = set(values(conn,
+            "SELECT id FROM ragpg.chunk WHERE collection = 'r' AND token_count = 10"))
         assert top <= short
 
 

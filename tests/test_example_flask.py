@@ -16,6 +16,7 @@ from psycopg.conninfo import conninfo_to_dict
 from rag_pg import Settings
 
 from .conftest import ROOT
+from .rows import value
 from .waiting import eventually
 
 pytest.importorskip("flask")
@@ -47,13 +48,10 @@ def ragpg_connections(db_url: str) -> int:
     """Backends of ragpg's own pool (application_name 'ragpg') on the test database."""
     dbname = conninfo_to_dict(db_url)["dbname"]
     with psycopg.connect(db_url, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'ragpg' AND datname = %s"
-            " AND pid <> pg_backend_pid()",
-            (dbname,),
-        ).fetchone()
+        row = value(conn, "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'ragpg' AND datname = %s"
+            " AND pid <> pg_backend_pid()", (dbname,))
     assert row is not None
-    return int(row[0])
+    return int(row)
 
 
 def no_connections_left(db_url: str) -> None:

@@ -14,6 +14,8 @@ from psycopg.types.json import Jsonb
 
 from rag_pg import RagPG, Settings
 
+from .rows import records, value
+
 N_DOCS = 1000
 SELECTIVITY = {"half": 2, "tenth": 10, "hundredth": 100, "thousandth": 1000}  # every n-th doc
 
@@ -53,17 +55,16 @@ def exact_top(db_url: str, rag: RagPG, query: str, where: dict[str, Any], k: int
               collection: str = "default") -> list[int]:
     qvec = rag.provider.embed("query", [query])[0]
     with psycopg.connect(db_url) as conn:
-        rows = conn.execute(
-            "SELECT cv.chunk_id, cv.embedding::text FROM ragpg.chunk_vector cv"
+        rows = records(conn,
+            "SELECT cv.chunk_id, cv.embedding::text AS embedding FROM ragpg.chunk_vector cv"
             " JOIN ragpg.chunk c ON c.id = cv.chunk_id JOIN ragpg.document d ON d.id = c.document_id"
-            " WHERE d.collection = %s AND d.front_matter @> %s", (collection, Jsonb(where))
-        ).fetchall()
-    vectors = np.array([json.loads(r[1]) for r in rows], dtype=np.float64)
+            " WHERE d.collection = %s AND d.front_matter @> %s", (collection, Jsonb(where)))
+    vectors = np.array([json.loads(r["embedding"]) for r in rows], dtype=np.float64)
     if not len(rows):
         return []
     sims = vectors @ qvec / (np.linalg.norm(vectors, axis=1) * np.linalg.norm(qvec))
-    order = sorted(range(len(rows)), key=lambda i: (-sims[i], rows[i][0]))
-    return [int(rows[i][0]) for i in order[:k]]
+    order = sorted(range(len(rows)), key=lambda i: (-sims[i], rows[i]["chunk_id"]))
+    return [int(rows[i]["chunk_id"]) for i in order[:k]]
 
 
 CASES = [
@@ -160,9 +161,9 @@ def test_a_bulk_load_leaves_fresh_planner_statistics(big, db_url, tmp_path):
 
     def analyzed() -> int:
         with psycopg.connect(db_url) as conn:
-            return int(conn.execute(
+            return int(value(conn,
                 "SELECT analyze_count FROM pg_stat_user_tables"
-                " WHERE schemaname = 'ragpg' AND relname = 'chunk_vector'").fetchone()[0])
+                " WHERE schemaname = 'ragpg' AND relname = 'chunk_vector'"))
 
     after_load = analyzed()
     assert after_load >= 1  # the fixture's cold load of 1,000 documents

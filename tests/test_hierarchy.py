@@ -23,6 +23,7 @@ from rag_pg.tree.hierarchy import Node, build_tree, render, subtree
 
 from .conftest import run_cli
 from .invariants import violations
+from .rows import records
 
 
 def check_parents(rag: Any, report: IngestReport) -> int:
@@ -83,10 +84,9 @@ def make_rag(db_url: str, server: Any, **overrides: Any) -> RagPG:
 
 def rows(url: str) -> dict[str, tuple[Any, ...]]:
     with psycopg.connect(url) as conn:
-        found = conn.execute(
-            "SELECT path, parent_path, level, node_type, embed FROM ragpg.document ORDER BY path"
-        ).fetchall()
-    return {r[0]: tuple(r[1:]) for r in found}
+        found = records(conn,
+            "SELECT path, parent_path, level, node_type, embed FROM ragpg.document ORDER BY path")
+    return {r["path"]: (r["parent_path"], r["level"], r["node_type"], r["embed"]) for r in found}
 
 
 def test_book_ingests_with_levels_parents_and_keyword_only_sources(db_url, embed_server, book):

@@ -15,6 +15,7 @@ from rag_pg.errors import DimensionMismatch, EmbeddingError
 
 from .conftest import run_cli
 from .invariants import dump, violations
+from .rows import records, value, values
 
 
 def make_rag(db_url: str, server: Any, **overrides: Any) -> RagPG:
@@ -26,12 +27,11 @@ def make_rag(db_url: str, server: Any, **overrides: Any) -> RagPG:
 
 def counts(url: str) -> tuple[int, int, int]:
     with psycopg.connect(url) as conn:
-        row = conn.execute(
-            "SELECT (SELECT count(*) FROM ragpg.document), (SELECT count(*) FROM ragpg.chunk),"
-            " (SELECT count(*) FROM ragpg.chunk_vector)"
-        ).fetchone()
-        assert row is not None
-        return int(row[0]), int(row[1]), int(row[2])
+        [row] = records(conn,
+            "SELECT (SELECT count(*) FROM ragpg.document) AS documents,"
+            " (SELECT count(*) FROM ragpg.chunk) AS chunks,"
+            " (SELECT count(*) FROM ragpg.chunk_vector) AS vectors")
+        return int(row["documents"]), int(row["chunks"]), int(row["vectors"])
 
 
 def test_cold_ingest_indexes_eligible_files_with_vectors(db_url, embed_server, corpus):
@@ -89,7 +89,7 @@ def test_poison_document_fails_alone_and_keeps_its_stored_version(db_url, embed_
     target = corpus / "fr/cuisine/tarte-tatin.md"
     with make_rag(db_url, embed_server) as rag:
         rag.ingest(corpus)
-        stored = [r for r in dump(db_url) if r[1] == "fr/cuisine/tarte-tatin.md"]
+        stored = [r for r in dump(db_url) if r["path"] == "fr/cuisine/tarte-tatin.md"]
         target.write_text(target.read_text() + "\nPOISON paragraph.\n")
         (corpus / "en/ops/new.md").write_text("# New page\n\nA brand new runbook page.\n")
         embed_server.poison = "POISON"
@@ -98,7 +98,7 @@ def test_poison_document_fails_alone_and_keeps_its_stored_version(db_url, embed_
     assert "poison text" in report.failures[0].error
     assert report.failures[0].kind == "invalid_input"
     assert "en/ops/new.md" in report.added and report.documents_indexed == 1
-    assert [r for r in dump(db_url) if r[1] == "fr/cuisine/tarte-tatin.md"] == stored
+    assert [r for r in dump(db_url) if r["path"] == "fr/cuisine/tarte-tatin.md"] == stored
     assert violations(db_url) == []
 
 
@@ -281,10 +281,10 @@ def test_the_vector_index_is_built_after_the_first_bulk_load(db_url, embed_serve
             assert conn.execute("SELECT to_regclass(%s)", (f"ragpg.{name}",)).fetchone() == (None,)
         rag.ingest(corpus)
     with psycopg.connect(db_url) as conn:
-        row = conn.execute("SELECT indexdef FROM pg_indexes WHERE indexname = %s", (name,)).fetchone()
-        assert row is not None and "hnsw" in row[0] and "vector(64)" in row[0]
+        row = value(conn, "SELECT indexdef FROM pg_indexes WHERE indexname = %s", (name,))
+        assert row is not None and "hnsw" in row and "vector(64)" in row
         conn.execute("SET enable_seqscan = off")
-        plan = "\n".join(r[0] for r in conn.execute(
+        plan = "\n".join(values(conn,
             "EXPLAIN SELECT chunk_id FROM ragpg.chunk_vector WHERE model = 'fake-bow-64'"
             " ORDER BY embedding::vector(64) <=> (SELECT embedding FROM ragpg.chunk_vector LIMIT 1)::vector(64)"
             " LIMIT 5"))
@@ -307,7 +307,7 @@ def test_a_new_parser_version_reindexes_and_the_same_one_skips(db_url, embed_ser
     assert (upgraded.documents_indexed, upgraded.documents_skipped) == (first.documents_indexed, 0)
     assert (settled.documents_skipped, settled.documents_indexed) == (first.documents_indexed, 0)
     with psycopg.connect(db_url) as conn:
-        prints = {r[0] for r in conn.execute("SELECT fingerprint FROM ragpg.document")}
+        prints = set(values(conn, "SELECT fingerprint FROM ragpg.document"))
     assert prints and all(";parser=markdown-it/next;" in p for p in prints)
 
 
@@ -324,8 +324,8 @@ def test_anchor_style_and_cap_reach_the_chunks_and_the_fingerprint(db_url, embed
         auto = rag.ingest(root)
     assert github.documents_skipped == 1 and auto.changed == ["page.md"]
     with psycopg.connect(db_url) as conn:
-        anchors = {r[0] for r in conn.execute("SELECT anchor FROM ragpg.chunk")}
-        tokens = max(r[0] for r in conn.execute("SELECT token_count FROM ragpg.chunk"))
+        anchors = set(values(conn, "SELECT anchor FROM ragpg.chunk"))
+        tokens = max(values(conn, "SELECT token_count FROM ragpg.chunk"))
         (fp,) = conn.execute("SELECT fingerprint FROM ragpg.document").fetchone() or ("",)
     assert "deja-vu" in anchors and "déjà-vu" not in anchors  # Python-Markdown's slug
     assert tokens <= 400

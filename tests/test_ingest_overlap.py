@@ -14,6 +14,7 @@ from rag_pg.errors import EmbeddingError
 from rag_pg.store import checkpoints
 
 from .invariants import violations
+from .rows import value
 
 DOCUMENTS = 8
 
@@ -38,9 +39,9 @@ def make_rag(db_url: str, server: Any, **overrides: Any) -> RagPG:
 
 def stored_documents(db_url: str) -> int:
     with psycopg.connect(db_url) as conn:
-        row = conn.execute("SELECT count(*) FROM ragpg.document").fetchone()
+        row = value(conn, "SELECT count(*) FROM ragpg.document")
     assert row is not None
-    return int(row[0])
+    return int(row)
 
 
 def test_next_group_is_embedded_while_the_previous_one_is_written(db_url, embed_server, tmp_path):

@@ -16,6 +16,7 @@ from pgvector.psycopg import register_vector
 from rag_pg import RagPG, Settings
 
 from .invariants import violations
+from .rows import records
 
 DOCUMENTS = 20
 SECTIONS = 12
@@ -45,22 +46,21 @@ def write_guide(root: Path, doc: int, *, edited_section: int | None = None) -> N
 
 def chunk_keys(url: str, collection: str) -> dict[tuple[str, int], tuple[str, str, str]]:
     with psycopg.connect(url) as conn:
-        rows = conn.execute(
+        rows = records(conn,
             "SELECT d.path, c.position, c.content_hash, c.section, d.title FROM ragpg.chunk c"
-            " JOIN ragpg.document d ON d.id = c.document_id WHERE c.collection = %s", (collection,),
-        ).fetchall()
-    return {(r[0], r[1]): (r[2], r[3], r[4]) for r in rows}
+            " JOIN ragpg.document d ON d.id = c.document_id WHERE c.collection = %s", (collection,))
+    return {(r["path"], r["position"]): (r["content_hash"], r["section"], r["title"]) for r in rows}
 
 
 def vectors(url: str, collection: str) -> dict[tuple[str, int], bytes]:
     with psycopg.connect(url) as conn:
         register_vector(conn)
-        rows = conn.execute(
+        rows = records(conn,
             "SELECT d.path, c.position, v.embedding FROM ragpg.chunk_vector v"
             " JOIN ragpg.chunk c ON c.id = v.chunk_id JOIN ragpg.document d ON d.id = c.document_id"
-            " WHERE v.collection = %s", (collection,),
-        ).fetchall()
-    return {(r[0], r[1]): np.asarray(r[2].to_numpy(), dtype=np.float32).tobytes() for r in rows}
+            " WHERE v.collection = %s", (collection,))
+    return {(r["path"], r["position"]): np.asarray(r["embedding"].to_numpy(), dtype=np.float32).tobytes()
+            for r in rows}
 
 
 def hits(rag: RagPG, collection: str) -> list[list[tuple[str, str, float]]]:

@@ -18,6 +18,7 @@ from rag_pg.store import checkpoints
 from rag_pg.testing import faults
 
 from .conftest import run_cli
+from .rows import records, values
 from .waiting import eventually
 
 
@@ -152,9 +153,8 @@ def test_the_run_counters_move_while_the_run_is_going(db_url, embed_server, tmp_
     def progress(event, data):
         if event == "document" and data["status"] == "indexed":
             with psycopg.connect(db_url) as other:
-                row = other.execute("SELECT status, documents_indexed FROM ragpg.ingest_runs_v").fetchone()
-            assert row is not None
-            seen.append((row[0], row[1]))
+                [row] = records(other, "SELECT status, documents_indexed FROM ragpg.ingest_runs_v")
+            seen.append((row["status"], row["documents_indexed"]))
 
     settings = Settings.load(environ={}, overrides={
         "embedding.url": embed_server.url, "embedding.batch_size": 1, "embedding.concurrency": 1})
@@ -227,7 +227,7 @@ def test_a_path_over_the_btree_limit_exits_1_with_the_good_documents_indexed(db_
     assert line.startswith("ragpg: 1 document(s) failed; first: ") and "long.md: database refused it" in line
     assert "Traceback" not in out.stderr
     with psycopg.connect(db_url) as conn:
-        paths = [r[0] for r in conn.execute("SELECT path FROM ragpg.document ORDER BY path").fetchall()]
+        paths = values(conn, "SELECT path FROM ragpg.document ORDER BY path")
     assert paths == ["doc0.md", "doc1.md", "doc2.md"]
 
 

@@ -11,6 +11,8 @@ import pytest
 
 from rag_pg.store.locks import collection_lock
 
+from .rows import value
+
 
 class KeptOpen:
     """A source whose dedicated connection survives ``close()``: only an explicit unlock can
@@ -28,9 +30,9 @@ class KeptOpen:
 
 def advisory_locks(url: str) -> int:
     with psycopg.connect(url) as conn:
-        row = conn.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'").fetchone()
+        row = value(conn, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'")
     assert row is not None
-    return int(row[0])
+    return int(row)
 
 
 def test_a_run_that_ends_well_gives_its_lock_back_itself(db_url: str) -> None:

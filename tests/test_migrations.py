@@ -15,15 +15,15 @@ from rag_pg.errors import ConfigError
 from rag_pg.store import migrate
 
 from .conftest import ROOT
+from .rows import records, value
 from .waiting import eventually
 
 
 def waiting_backends(url: str, own_pid: int) -> int:
     with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
-            " AND wait_event_type = 'Lock' AND pid <> %s", (own_pid,)).fetchone()
-    return int(row[0]) if row else 0
+        row = value(conn, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()"
+            " AND wait_event_type = 'Lock' AND pid <> %s", (own_pid,))
+    return int(row) if row else 0
 
 
 def test_three_first_runs_at_once_all_succeed(empty_db_url, embed_server, tmp_path):
@@ -91,11 +91,10 @@ def test_this_rounds_replacements_go_down_and_up_again(db_url: str) -> None:
 
     def definitions() -> tuple[str, str]:
         with psycopg.connect(db_url) as conn:
-            row = conn.execute(
-                "SELECT p.prosrc, pg_get_viewdef('ragpg.corpus_stats_v'::regclass)"
-                " FROM pg_proc p WHERE p.oid = 'ragpg.term_stat_follow'::regproc").fetchone()
-        assert row is not None
-        return row[0], row[1]
+            [row] = records(conn,
+                "SELECT p.prosrc AS function, pg_get_viewdef('ragpg.corpus_stats_v'::regclass) AS view"
+                " FROM pg_proc p WHERE p.oid = 'ragpg.term_stat_follow'::regproc")
+        return row["function"], row["view"]
 
     def to(revision: str) -> None:
         engine = create_engine("postgresql+psycopg://", creator=lambda: psycopg.connect(db_url),

@@ -14,6 +14,8 @@ import psycopg
 import pytest
 import yaml
 
+from .rows import values
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -46,8 +48,8 @@ def test_wheel_installs_and_inits_outside_the_checkout(empty_db_url, tmp_path):
                            capture_output=True, text=True, cwd=tmp_path, check=True)
     assert str(venv) in where.stdout  # the wheel, not the checkout
     with psycopg.connect(empty_db_url) as conn:
-        tables = {r[0] for r in conn.execute(
-            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'ragpg'")}
+        tables = set(values(conn,
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = 'ragpg'"))
         version = conn.execute("SELECT version_num FROM ragpg.alembic_version").fetchone()
     assert {"document", "chunk", "chunk_vector", "ingest_run", "alembic_version"} <= tables
     assert version is not None

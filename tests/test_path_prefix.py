@@ -15,6 +15,8 @@ from rag_pg import RagPG, Settings
 from rag_pg.search.plan import SearchPlan
 from rag_pg.search.statement import Searcher
 
+from .rows import value
+
 # Siblings that share the prefix's characters and sort next to it in some order: a character
 # below "/" after the prefix ("a-b", "a.md", "a!", "a b"), "0" (the range's end), letters
 # above it, another case, accents and scripts outside ASCII, and a prefix that is a file.
@@ -74,10 +76,11 @@ def test_the_prefix_filter_is_a_range_of_the_byte_ordered_index(rag: RagPG, db_u
                      " SELECT 'bulk/' || i || '.md', '', '', '' FROM generate_series(1, 5000) i")
         conn.execute("ANALYZE ragpg.document")
         text = generic(searcher.statement(plan).as_string(conn))
-        row = conn.execute(f"EXPLAIN (GENERIC_PLAN, FORMAT JSON) {text}").fetchone()
+        row = value(conn, f"EXPLAIN (GENERIC_PLAN, FORMAT JSON) {text}")
         conn.rollback()
     assert row is not None
-    nodes = list(plan_nodes(row[0][0]["Plan"]))
+    [plan] = row  # EXPLAIN (FORMAT JSON): one plan in a list
+    nodes = list(plan_nodes(plan["Plan"]))
     conditions = [n.get("Index Cond", "") for n in nodes
                   if n.get("Index Name") == "document_collection_path_bytes_idx"]
     assert conditions and all(">=" in c and "<" in c for c in conditions), conditions

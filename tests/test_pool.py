@@ -14,6 +14,8 @@ import pytest
 from rag_pg.errors import StoreError
 from rag_pg.store.db import PoolSource, has_vector_types, prepare
 
+from .rows import records, value, values
+
 IDLE = psycopg.pq.TransactionStatus.IDLE
 
 
@@ -35,14 +37,14 @@ def table(db_url: str) -> str:
 
 def rows(db_url: str) -> list[int]:
     with psycopg.connect(db_url, autocommit=True) as conn:
-        return [r[0] for r in conn.execute("SELECT v FROM pool_probe ORDER BY v")]
+        return values(conn, "SELECT v FROM pool_probe ORDER BY v")
 
 
 def backends(db_url: str) -> list[tuple[int, str]]:
     """ragpg's own sessions on the test database: (pid, state)."""
     with psycopg.connect(db_url, autocommit=True) as conn:
-        return [(int(r[0]), str(r[1])) for r in conn.execute(
-            "SELECT pid, coalesce(state, '') FROM pg_stat_activity"
+        return [(int(r["pid"]), str(r["state"])) for r in records(conn,
+            "SELECT pid, coalesce(state, '') AS state FROM pg_stat_activity"
             " WHERE application_name = 'ragpg' AND datname = current_database()")]
 
 
@@ -106,7 +108,7 @@ def test_pooled_connections_have_pgvector_types_and_borrowed_ones_get_them_once(
 ) -> None:
     with source.connection() as conn:
         assert has_vector_types(conn)  # the pool's configure
-        assert conn.execute("SELECT '[1,2]'::vector").fetchone()[0].to_list() == [1.0, 2.0]
+        assert value(conn, "SELECT '[1,2]'::vector").to_list() == [1.0, 2.0]
     with psycopg.connect(db_url) as one, psycopg.connect(db_url) as other:
         assert not has_vector_types(one)
         assert prepare(one) is one and has_vector_types(one)

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 from psycopg import pq
+from psycopg.rows import dict_row
 
 from rag_pg.store import tenancy
 from rag_pg.store.db import PoolSource, read_snapshot
@@ -47,14 +48,17 @@ def test_the_statements_share_one_read_only_snapshot_in_one_round_trip(source: P
 
         def search() -> None:
             with read_snapshot(conn):
-                seen.append(conn.execute("SELECT current_setting('transaction_isolation'),"
-                                         " current_setting('transaction_read_only'), now()"))
-                seen.append(conn.execute("SELECT pg_sleep(0.01), now()"))
+                for statement in ("SELECT current_setting('transaction_isolation') AS isolation,"
+                                  " current_setting('transaction_read_only') AS read_only, now()",
+                                  "SELECT pg_sleep(0.01), now()"):
+                    cur = conn.cursor(row_factory=dict_row)
+                    seen.append(cur.execute(statement))
 
         assert syncs(conn, search) == 1
-        isolation, read_only, first_now = seen[0].fetchone()  # type: ignore[misc]
-        assert (isolation, read_only) == ("repeatable read", "on")
-        assert seen[1].fetchone()[1] == first_now  # type: ignore[index]  # one transaction
+        first, second = seen[0].fetchone(), seen[1].fetchone()
+        assert first is not None and second is not None
+        assert (first["isolation"], first["read_only"]) == ("repeatable read", "on")
+        assert second["now"] == first["now"]  # one transaction
         assert conn.info.transaction_status == IDLE
 
 

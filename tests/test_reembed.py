@@ -20,6 +20,7 @@ from rag_pg.testing.embedserver import FakeEmbeddingServer
 
 from .conftest import run_cli
 from .invariants import violations
+from .rows import records
 
 OLD, NEW = "fake-bow-64", "fake-bow-32"
 
@@ -48,8 +49,8 @@ def run_reembed(db_url: str, server: FakeEmbeddingServer, **kwargs: Any) -> Any:
 
 def by_model(url: str) -> dict[str, int]:
     with psycopg.connect(url) as conn:
-        return {r[0]: int(r[1]) for r in conn.execute(
-            "SELECT model, count(*) FROM ragpg.chunk_vector GROUP BY model")}
+        return {r["model"]: int(r["vectors"]) for r in records(conn,
+            "SELECT model, count(*) AS vectors FROM ragpg.chunk_vector GROUP BY model")}
 
 
 def collection_row(url: str, name: str = "default") -> tuple[Any, ...] | None:
@@ -60,16 +61,16 @@ def collection_row(url: str, name: str = "default") -> tuple[Any, ...] | None:
 
 def vectors_by_chunk(url: str, collection: str = "default") -> dict[tuple[str, int], list[float]]:
     with psycopg.connect(url) as conn:
-        rows = conn.execute(
-            "SELECT d.path, c.position, cv.embedding::text FROM ragpg.chunk_vector cv"
+        rows = records(conn,
+            "SELECT d.path, c.position, cv.embedding::text AS embedding FROM ragpg.chunk_vector cv"
             " JOIN ragpg.chunk c ON c.id = cv.chunk_id JOIN ragpg.document d ON d.id = c.document_id"
-            " WHERE d.collection = %s", (collection,)).fetchall()
-    return {(r[0], int(r[1])): json.loads(r[2]) for r in rows}
+            " WHERE d.collection = %s", (collection,))
+    return {(r["path"], int(r["position"])): json.loads(r["embedding"]) for r in rows}
 
 
 def indexes(url: str) -> dict[str, str]:
     with psycopg.connect(url) as conn:
-        return {r[0]: r[1] for r in conn.execute(
+        return {r["indexname"]: r["indexdef"] for r in records(conn,
             "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'ragpg'"
             " AND indexname LIKE 'chunk_vector_hnsw_%'")}
 

@@ -23,6 +23,7 @@ from rag_pg.testing.embedserver import FakeEmbeddingServer
 
 from .conftest import ROOT, run_cli
 from .private_pg import BIN, SYSTEM_USER, _free_port
+from .rows import value
 from .test_server import Served, clean_env
 from .waiting import eventually
 
@@ -117,36 +118,35 @@ def _rag(pair: Pair) -> RagPG:
 
 def _now(url: str) -> Any:
     with psycopg.connect(url) as conn:
-        row = conn.execute("SELECT clock_timestamp()").fetchone()
+        row = value(conn, "SELECT clock_timestamp()")
     assert row is not None
-    return row[0]
+    return row
 
 
 def _ragpg_active_since(url: str, since: Any) -> int:
     """ragpg's sessions on that server that ran something after ``since``."""
     with psycopg.connect(url) as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'ragpg'"
-            " AND state_change > %s", (since,)).fetchone()
+        row = value(conn, "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'ragpg'"
+            " AND state_change > %s", (since,))
     assert row is not None
-    return int(row[0])
+    return int(row)
 
 
 def _wait_replayed(pair: Pair) -> None:
     with psycopg.connect(pair.primary) as conn:
-        row = conn.execute("SELECT pg_current_wal_lsn()::text").fetchone()
+        row = value(conn, "SELECT pg_current_wal_lsn()::text")
     assert row is not None
     with psycopg.connect(pair.replica, autocommit=True) as conn:
         eventually(lambda: conn.execute("SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn",
-                                        (row[0],)).fetchone() == (True,),
+                                        (row,)).fetchone() == (True,),
                    "the replica replaying the primary's WAL", limit=READY_WAIT)
 
 
 def _documents(url: str, path: str) -> int:
     with psycopg.connect(url) as conn:
-        row = conn.execute("SELECT count(*) FROM ragpg.document WHERE path = %s", (path,)).fetchone()
+        row = value(conn, "SELECT count(*) FROM ragpg.document WHERE path = %s", (path,))
     assert row is not None
-    return int(row[0])
+    return int(row)
 
 
 def test_ingest_writes_the_primary_and_searches_read_the_replica(pair: Pair) -> None:

@@ -19,6 +19,7 @@ from rag_pg.store import migrate
 from rag_pg.store.roles import PUBLISHED_VIEWS, create_reader, normalise_timeout
 
 from .conftest import ROOT, run_cli
+from .rows import value
 
 FUNCTION = "ragpg.keyword_search(text,integer,text)"  # as regprocedure prints it
 
@@ -40,10 +41,8 @@ def drop_roles(admin_url: str, *names: str) -> None:
 def role_names(db_url: str) -> Iterator[Callable[[], str]]:
     """Unique role names (roles are cluster-wide), dropped after the test."""
     with psycopg.connect(db_url, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT rolsuper OR rolcreaterole FROM pg_roles WHERE rolname = current_user"
-        ).fetchone()
-    if not (row and row[0]):
+        row = value(conn, "SELECT rolsuper OR rolcreaterole FROM pg_roles WHERE rolname = current_user")
+    if not (row and row):
         pytest.skip("the test database user cannot create roles")
     made: list[str] = []
 
@@ -173,8 +172,8 @@ def test_reader_cannot_write_read_tables_or_create(db_url: str, reader: str, ind
         # The read-only default is a session setting the reader may lift: privileges must hold alone.
         conn.execute("SET default_transaction_read_only = off")
         statements = list(FORBIDDEN)
-        row = conn.execute("SELECT current_setting('server_version_num')::int").fetchone()
-        if row and row[0] >= 150000:  # before 15, PUBLIC may CREATE in schema public by default
+        row = value(conn, "SELECT current_setting('server_version_num')::int")
+        if row and row >= 150000:  # before 15, PUBLIC may CREATE in schema public by default
             statements.append("CREATE TABLE public.evil (x int)")
         outcomes = {}
         for statement in statements:
@@ -228,11 +227,11 @@ def test_password_reaches_the_server_hashed(db_url: str, role_names: Callable[[]
     name = role_names()
     with psycopg.connect(db_url, autocommit=True) as conn:
         assert create_reader(conn, name, password="correct horse battery").password_set
-        stored = conn.execute("SELECT rolpassword FROM pg_authid WHERE rolname = %s", (name,)).fetchone()
-        assert stored is not None and stored[0].startswith(("SCRAM-SHA-256$", "md5"))
-        assert "correct horse" not in stored[0]
+        stored = value(conn, "SELECT rolpassword FROM pg_authid WHERE rolname = %s", (name,))
+        assert stored is not None and stored.startswith(("SCRAM-SHA-256$", "md5"))
+        assert "correct horse" not in stored
         create_reader(conn, name)  # no password given: the existing one is kept
-        kept = conn.execute("SELECT rolpassword FROM pg_authid WHERE rolname = %s", (name,)).fetchone()
+        kept = value(conn, "SELECT rolpassword FROM pg_authid WHERE rolname = %s", (name,))
         assert kept == stored
 
 
@@ -246,7 +245,7 @@ def test_refuses_to_adopt_a_role_with_more_rights(db_url: str, role_names: Calla
         with pytest.raises(ConfigError, match="member of pg_read_all_data"):
             create_reader(conn, member)
         with pytest.raises(ConfigError, match="current user"):
-            create_reader(conn, str(conn.execute("SELECT current_user").fetchone()[0]))  # type: ignore[index]
+            create_reader(conn, str(value(conn, "SELECT current_user")))
         assert grants(conn, powerful) == set() and grants(conn, member) == set()
         assert conn.execute(
             "SELECT rolcreatedb FROM pg_roles WHERE rolname = %s", (powerful,)

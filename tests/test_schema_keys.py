@@ -7,6 +7,8 @@ from __future__ import annotations
 import psycopg
 import pytest
 
+from .rows import value
+
 TABLES = ("document", "chunk", "chunk_vector")
 
 
@@ -37,10 +39,9 @@ def test_every_key_and_foreign_key_includes_the_collection(db_url, table):
                FROM pg_index i WHERE i.indrelid = %s::regclass AND i.indisunique""",
             (f"ragpg.{table}",),
         ).fetchall()
-        has_column = conn.execute(
+        has_column = value(conn,
             "SELECT count(*) FROM pg_attribute WHERE attrelid = %s::regclass"
-            " AND attname = 'collection' AND attnotnull", (f"ragpg.{table}",),
-        ).fetchone()[0]
+            " AND attname = 'collection' AND attnotnull", (f"ragpg.{table}",))
     assert has_column == 1
     assert any(kind == "p" for _, kind, _, _ in found)
     bad = [(name, cols) for name, kind, cols, _ in found if "collection" not in cols]
@@ -54,9 +55,9 @@ def test_every_key_and_foreign_key_includes_the_collection(db_url, table):
 
 def test_a_chunk_cannot_name_another_collection_than_its_document(db_url):
     with psycopg.connect(db_url) as conn:
-        doc = conn.execute(
+        doc = value(conn,
             "INSERT INTO ragpg.document (collection, path, title, content_hash, fingerprint)"
-            " VALUES ('a', 'x.md', 'X', 'h', 'f') RETURNING id").fetchone()[0]
+            " VALUES ('a', 'x.md', 'X', 'h', 'f') RETURNING id")
         with pytest.raises(psycopg.errors.ForeignKeyViolation):
             conn.execute(
                 "INSERT INTO ragpg.chunk (document_id, collection, position, section, anchor,"

@@ -20,6 +20,7 @@ from rag_pg.search.statement import Searcher
 from rag_pg.store.db import prepare
 
 from .conftest import run_cli
+from .rows import value, values
 
 
 def make_rag(db_url: str, server: Any, **overrides: Any) -> RagPG:
@@ -262,7 +263,7 @@ def test_index_settings_shape_the_hnsw_index_and_searches_follow_it(db_url, embe
             request = SearchPlan(collection="default", k=3, mode="vector", query_text="x",
                                     query_vector=qvec, model=model, dimension=len(qvec),
                                     exact=False, vector_kind="halfvec")
-            plan = "\n".join(r[0] for r in conn.execute(
+            plan = "\n".join(values(conn,
                 b"EXPLAIN " + rag.searcher.statement(request).as_bytes(conn),
                 rag.searcher.params(request)))
         assert "::halfvec(" in definition and "m='8'" in definition, definition
@@ -288,10 +289,10 @@ def test_a_search_survives_its_pooled_connection_being_killed(rag, db_url):
     once on a fresh connection instead of failing."""
     first = [h.chunk_id for h in rag.search("marmotte", 3)]
     with psycopg.connect(db_url, autocommit=True) as admin:
-        killed = admin.execute(
+        killed = value(admin,
             "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity"
             " WHERE application_name = 'ragpg' AND datname = current_database()"
-            " AND pid <> pg_backend_pid()").fetchone()[0]
+            " AND pid <> pg_backend_pid()")
     assert killed >= 1
     assert [h.chunk_id for h in rag.search("marmotte", 3)] == first
 

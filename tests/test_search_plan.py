@@ -18,6 +18,7 @@ from rag_pg.search.plan import SearchPlan
 from rag_pg.store.db import prepare
 from rag_pg.testing.embedserver import FakeEmbeddingServer
 
+from .rows import values
 from .test_reembed import run_reembed
 
 QUESTION = "comment restaurer une sauvegarde ?"
@@ -183,9 +184,8 @@ def test_no_parallel_worker_starts_for_a_branch_the_statement_skips(
                         conn.execute(f"SET LOCAL {name} = 0")
                     if with_search_settings:
                         conn.execute(searcher.q("search_settings"), searcher.settings(plan))
-                    rows = conn.execute(psycopg.sql.SQL("EXPLAIN (ANALYZE, COSTS OFF) ")
-                                        + searcher.statement(plan), searcher.params(plan))
-                    return "\n".join(r[0] for r in rows)
+                    return "\n".join(values(conn, psycopg.sql.SQL("EXPLAIN (ANALYZE, COSTS OFF) ")
+                                             + searcher.statement(plan), searcher.params(plan)))
 
             assert re.search(r"Workers Launched: [1-9]", launched(False))
             assert "Workers" not in launched(True)

@@ -28,6 +28,7 @@ from rag_pg.serve.rules import Limits
 from rag_pg.testing.embedserver import FakeEmbeddingServer
 
 from .conftest import ROOT, drop_database, new_database, run_cli
+from .rows import value
 from .waiting import eventually
 
 TOKEN = "tok-CANARY-6f1d2c9a8b7e4d3c"
@@ -59,12 +60,9 @@ def closed_port() -> int:
 def ragpg_connections(admin_url: str, db_url: str) -> int:
     """Rows of pg_stat_activity for ragpg's own connections to the test database."""
     with psycopg.connect(admin_url, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND application_name = 'ragpg'",
-            (conninfo_to_dict(db_url)["dbname"],),
-        ).fetchone()
+        row = value(conn, "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND application_name = 'ragpg'", (conninfo_to_dict(db_url)["dbname"],))
     assert row is not None
-    return int(row[0])
+    return int(row)
 
 
 def no_connections_left(admin_url: str, db_url: str) -> None:

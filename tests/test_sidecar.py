@@ -28,6 +28,7 @@ from rag_pg.tree.sidecar_import import import_sidecars
 
 from .conftest import drop_database, new_database, run_cli
 from .invariants import dump, violations
+from .rows import values
 
 BOOK = Path(__file__).parent / "data" / "book"
 W = "essai-phares"
@@ -90,6 +91,11 @@ def sidecars(root: Path) -> dict[str, bytes]:
 def table(url: str, sql: str) -> list[tuple[Any, ...]]:
     with psycopg.connect(url) as conn:
         return conn.execute(sql).fetchall()  # type: ignore[arg-type]
+
+
+def paths(url: str) -> list[str]:
+    with psycopg.connect(url) as conn:
+        return values(conn, "SELECT path FROM ragpg.document ORDER BY path")
 
 
 def documents(url: str) -> list[tuple[Any, ...]]:
@@ -198,7 +204,7 @@ def test_import_refuses_a_sidecar_whose_markdown_changed(db_url, second_db, embe
     assert "no longer matches its sidecar" in report.failures[0].error
     assert "run `ragpg ingest`, then `ragpg export`" in report.failures[0].error
     assert report.documents_indexed == DOCUMENTS - 1 and report.documents_failed == 1
-    assert LUMIERE not in [r[0] for r in documents(second_db)]
+    assert LUMIERE not in paths(second_db)
 
 
 def test_import_refuses_vectors_of_another_model(db_url, second_db, embed_server, book):
@@ -211,7 +217,7 @@ def test_import_refuses_vectors_of_another_model(db_url, second_db, embed_server
     assert set(kinds.values()) == {"model_mismatch"} and len(kinds) == DOCUMENTS - 2
     assert "'fake-bow-64' (64 d) but collection is indexed with 'another-model'" in report.failures[0].error
     # the two keyword-only sources carry no vectors: nothing to mix, they are imported
-    assert sorted(r[0] for r in documents(second_db)) == sorted(
+    assert sorted(paths(second_db)) == sorted(
         [CARTES, f"{P2}/chapitre-02-les-marees/source.md"])
     assert violations(second_db) == []
 
@@ -397,5 +403,5 @@ def test_a_sidecar_whose_chunks_are_not_the_files_is_refused(db_url, second_db, 
     assert failures == [(LUMIERE, "chunk_mismatch")], report.failures
     assert "\n" not in report.failures[0].error
     assert report.documents_indexed == DOCUMENTS - 1
-    assert LUMIERE not in [r[0] for r in documents(second_db)]
+    assert LUMIERE not in paths(second_db)
     assert table(second_db, "SELECT count(*) FROM ragpg.chunk WHERE content LIKE '%falsifié%'") == [(0,)]

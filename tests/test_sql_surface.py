@@ -16,6 +16,8 @@ from rag_pg import RagPG, Settings
 from rag_pg.store import migrate
 from rag_pg.store.roles import PUBLISHED_FUNCTIONS, PUBLISHED_VIEWS
 
+from .rows import records, value, values
+
 # The published columns, in order, with their types. Changing one is a breaking change for
 # every dashboard built on it: add columns at the end, in a new migration, and update this.
 VIEW_COLUMNS: dict[str, list[tuple[str, str]]] = {
@@ -81,12 +83,10 @@ def conn(db_url: str) -> Iterator[psycopg.Connection[Any]]:
 
 
 def keyword_search(conn: psycopg.Connection[Any], query: str, k: int | None = 10,
-                   collection: str | None = None) -> list[tuple[Any, ...]]:
+                   collection: str | None = None) -> list[dict[str, Any]]:
     if collection is None:
-        return conn.execute("SELECT * FROM ragpg.keyword_search(%s, %s)", (query, k)).fetchall()
-    return conn.execute(
-        "SELECT * FROM ragpg.keyword_search(%s, %s, %s)", (query, k, collection)
-    ).fetchall()
+        return records(conn, "SELECT * FROM ragpg.keyword_search(%s, %s)", (query, k))
+    return records(conn, "SELECT * FROM ragpg.keyword_search(%s, %s, %s)", (query, k, collection))
 
 
 # -- contracts ----------------------------------------------------------------------------------
@@ -123,10 +123,8 @@ def test_every_view_and_column_has_a_comment(conn: psycopg.Connection[Any]) -> N
         "      OR coalesce(col_description(c.oid, a.attnum), '') = '')"
     ).fetchall()
     assert missing == []
-    comment = conn.execute(
-        "SELECT obj_description('ragpg.keyword_search(text, integer, text)'::regprocedure, 'pg_proc')"
-    ).fetchone()
-    assert comment is not None and "SECURITY DEFINER" in comment[0]
+    comment = value(conn, "SELECT obj_description('ragpg.keyword_search(text, integer, text)'::regprocedure, 'pg_proc')")
+    assert comment is not None and "SECURITY DEFINER" in comment
 
 
 def test_keyword_search_signature_is_a_contract(conn: psycopg.Connection[Any]) -> None:
@@ -141,12 +139,12 @@ def test_keyword_search_signature_is_a_contract(conn: psycopg.Connection[Any]) -
         KEYWORD_SEARCH_ARGS, KEYWORD_SEARCH_RESULT, True, "s",
         ["search_path=pg_catalog, pg_temp", "client_min_messages=warning"], False,
     )
-    published = conn.execute(
+    published = values(conn,
         "SELECT p.proname FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace"
         " WHERE n.nspname = 'ragpg' AND p.prokind = 'f'"
         " AND p.prorettype <> 'trigger'::regtype ORDER BY 1"  # triggers are not callable
-    ).fetchall()
-    assert [r[0] for r in published] == sorted(name for name, _ in PUBLISHED_FUNCTIONS)
+    )
+    assert published == sorted(name for name, _ in PUBLISHED_FUNCTIONS)
 
 
 def test_downgrade_to_0001_removes_the_surface_and_upgrade_restores_it(db_url: str) -> None:
@@ -234,16 +232,17 @@ def test_corpus_stats_and_ingest_runs_views_match_the_library(
 def test_keyword_search_finds_the_passage_with_provenance(indexed: RagPG, conn: psycopg.Connection[Any]) -> None:
     rows = keyword_search(conn, "restaurer une sauvegarde pg_dump", 3)
     assert 1 <= len(rows) <= 3
-    path, title, section, anchor, position, score, content = rows[0]
-    assert path == "fr/admin/sauvegardes.md" and "pg_dump" in content
-    assert [r[5] for r in rows] == sorted((r[5] for r in rows), reverse=True)
+    top = rows[0]
+    assert list(top) == ["path", "title", "section", "anchor", "position", "score", "content"]
+    assert top["path"] == "fr/admin/sauvegardes.md" and "pg_dump" in top["content"]
+    assert [r["score"] for r in rows] == sorted((r["score"] for r in rows), reverse=True)
     library = indexed.search("restaurer une sauvegarde pg_dump", 3, mode="keyword")
-    assert (path, section, anchor, position) == (
+    assert (top["path"], top["section"], top["anchor"], top["position"]) == (
         library[0].path, library[0].chunk.section, library[0].chunk.anchor, library[0].chunk.position
     )
-    assert title == library[0].chunk.document_title and score > 0
+    assert top["title"] == library[0].chunk.document_title and top["score"] > 0
     # accents folded and stemmed in the chunk's own language: each word finds its file
-    assert {r[0] for r in keyword_search(conn, "ELEVATION sauvegardé", 2)} == {
+    assert {r["path"] for r in keyword_search(conn, "ELEVATION sauvegardé", 2)} == {
         "fr/admin/index-et-performances.md", "fr/admin/sauvegardes.md"}
 
 
@@ -260,13 +259,13 @@ def test_keyword_search_caps_k_and_scopes_by_collection(
     assert keyword_search(conn, "sauvegarde", 10, "nowhere") == []
     indexed.ingest(corpus / "fr" / "cuisine", collection="recettes")
     recipes = keyword_search(conn, "tarte sauvegarde", 10, "recettes")
-    assert {r[0] for r in recipes} == {"tarte-tatin.md"}
+    assert {r["path"] for r in recipes} == {"tarte-tatin.md"}
 
 
 def test_stop_words_or_no_words_return_no_rows(indexed: RagPG, conn: psycopg.Connection[Any]) -> None:
     queries = ["the and of", "THE, of; AND!", "le la de et", "", "   ", "!!! ??? ..."]
     assert {q: keyword_search(conn, q) for q in queries} == {q: [] for q in queries}
-    assert keyword_search(conn, "the sauvegarde of")[0][0] == "fr/admin/sauvegardes.md"
+    assert keyword_search(conn, "the sauvegarde of")[0]["path"] == "fr/admin/sauvegardes.md"
 
 
 NASTY = [
@@ -285,7 +284,7 @@ def test_keyword_search_accepts_nasty_input(indexed: RagPG, conn: psycopg.Connec
         rows = keyword_search(conn, query, 5)
         assert len(rows) <= 5, query
         if "sauvegarde" in query:
-            assert rows and rows[0][0] == "fr/admin/sauvegardes.md", query
+            assert rows and rows[0]["path"] == "fr/admin/sauvegardes.md", query
     assert conn.execute("SELECT count(*) FROM ragpg.document").fetchone() == (9,)
 
 
@@ -309,9 +308,9 @@ def test_keyword_search_never_raises_on_fuzzed_text(indexed: RagPG, conn: psycop
                                                     query: str, k: int) -> None:
     rows = keyword_search(conn, query, k)
     assert len(rows) <= max(k, 0)
-    scores = [r[5] for r in rows]
+    scores = [r["score"] for r in rows]
     assert scores == sorted(scores, reverse=True)
-    assert all(r[0] and r[5] > 0 for r in rows)
+    assert all(r["path"] and r["score"] > 0 for r in rows)
 
 
 def test_docs_describe_every_view_column_and_the_function() -> None:

@@ -21,6 +21,7 @@ from rag_pg.errors import CollectionNotFound, ConfigError
 from rag_pg.store import roles, tenancy
 
 from .conftest import run_cli
+from .rows import records, values
 from .test_roles import drop_roles
 
 WORDS = ["backup", "replica", "index", "vacuum", "tenant", "search", "vector", "policy",
@@ -54,19 +55,18 @@ class Tenancy:
     admin: psycopg.Connection[Any]
 
     def owner_of(self, chunk_ids: list[int]) -> set[str]:
-        rows = self.admin.execute("SELECT DISTINCT collection FROM ragpg.chunk WHERE id = ANY(%s)",
-                                  (chunk_ids,)).fetchall()
-        return {r[0] for r in rows}
+        return set(values(self.admin, "SELECT DISTINCT collection FROM ragpg.chunk WHERE id = ANY(%s)",
+                          (chunk_ids,)))
 
 
 def tables_with_a_collection(conn: psycopg.Connection[Any]) -> list[str]:
     """What the policy must hold: every table of the schema that carries a collection."""
-    return [r[0] for r in conn.execute(
+    return values(conn,
         "SELECT c.relname FROM pg_class c JOIN pg_attribute a ON a.attrelid = c.oid"
         " WHERE c.relnamespace = 'ragpg'::regnamespace AND c.relkind IN ('r', 'p')"
         " AND NOT a.attisdropped AND (a.attname = 'collection'"
         "   OR (c.relname = 'collection' AND a.attname = 'name'))"
-        " AND c.relname NOT IN ('tenant_collection', 'tenant_role')")]
+        " AND c.relname NOT IN ('tenant_collection', 'tenant_role')")
 
 
 def role_name(kind: str) -> str:
@@ -157,10 +157,10 @@ def test_no_query_sees_another_tenants_rows(tenants: Tenancy) -> None:
                 assert seen <= set(TENANTS[tenant]), (tenant, mode, query, collection, seen)
                 reads["rows"] += len(seen)
                 with tenancy.unwrapped(rag.source).connection() as conn:  # type: ignore[attr-defined]
-                    row = conn.execute("SELECT current_setting('ragpg.tenant', true),"
-                                       " pg_backend_pid()").fetchone()
-                assert row is not None and row[0] in (None, "")
-                pids.add(row[1])
+                    [row] = records(conn, "SELECT current_setting('ragpg.tenant', true) AS tenant,"
+                                          " pg_backend_pid() AS pid")
+                assert row["tenant"] in (None, "")
+                pids.add(row["pid"])
 
         check()
     assert len(pids) == 1  # the same pooled connection served every tenant
@@ -179,12 +179,10 @@ def read(rag: RagPG, state: Tenancy, mode: str, query: str, collection: str) -> 
         return state.owner_of(ids)
     with rag.source.connection() as conn, conn.transaction():
         if mode == "keyword_search":  # no collection column: each file is named after its own
-            rows = [(path.rsplit("-", 1)[0],) for (path,) in conn.execute(
-                "SELECT path FROM ragpg.keyword_search(%s, 20, %s)", (query, collection))]
-        else:
-            rows = conn.execute(sql.SQL("SELECT collection FROM ragpg.{}").format(
-                sql.Identifier(mode))).fetchall()
-    return {r[0] for r in rows}
+            return {path.rsplit("-", 1)[0] for path in values(conn,
+                "SELECT path FROM ragpg.keyword_search(%s, 20, %s)", (query, collection))}
+        return set(values(conn, sql.SQL("SELECT collection FROM ragpg.{}").format(
+            sql.Identifier(mode))))
 
 
 def test_each_tenant_reads_all_of_its_own_collections(tenants: Tenancy) -> None:
@@ -263,10 +261,10 @@ def test_a_bi_reader_sees_only_its_tenant_and_cannot_choose_another(
     def visible(conn: psycopg.Connection[Any]) -> set[str]:
         seen: set[str] = set()
         for view in ("chunks_v", "documents_v", "corpus_stats_v", "ingest_runs_v"):
-            seen |= {r[0] for r in conn.execute(sql.SQL("SELECT collection FROM ragpg.{}")
-                                                .format(sql.Identifier(view)))}
+            seen |= set(values(conn, sql.SQL("SELECT collection FROM ragpg.{}")
+                                                .format(sql.Identifier(view))))
         for collection in COLLECTIONS:
-            seen |= {r[0].rsplit("-", 1)[0] for r in conn.execute(
+            seen |= {path.rsplit("-", 1)[0] for path in values(conn,
                 "SELECT path FROM ragpg.keyword_search('backup replica', 50, %s)",
                 (collection,))}
         return seen
@@ -359,10 +357,10 @@ def test_an_owner_that_is_no_superuser_is_held_too(db_url: str, embed_server: An
         assert conn.execute("SELECT count(*) FROM owned.chunks_v").fetchone() == (0,)
         with conn.transaction():
             conn.execute(tenancy.statement("acme"))
-            assert {r[0] for r in conn.execute("SELECT collection FROM owned.chunk")} == {"a"}
-            assert {r[0] for r in conn.execute("SELECT collection FROM owned.chunks_v")} == {"a"}
+            assert set(values(conn, "SELECT collection FROM owned.chunk")) == {"a"}
+            assert set(values(conn, "SELECT collection FROM owned.chunks_v")) == {"a"}
     with psycopg.connect(db_url, autocommit=True) as conn:  # the superuser sees both
-        assert {r[0] for r in conn.execute("SELECT collection FROM owned.chunk")} == {"a", "b"}
+        assert set(values(conn, "SELECT collection FROM owned.chunk")) == {"a", "b"}
         conn.execute("DROP SCHEMA owned CASCADE")
         conn.execute(sql.SQL("REVOKE ALL ON DATABASE {} FROM {}").format(
             sql.Identifier(conn.info.dbname), sql.Identifier(owner)))

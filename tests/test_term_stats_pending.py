@@ -21,6 +21,7 @@ from rag_pg.store import checkpoints
 from rag_pg.store.integrity import check, mark_for_repair
 
 from .conftest import run_cli
+from .rows import records
 from .test_bm25_pruned import assert_term_stats_hold, both
 
 KEYWORD_ONLY = {"embedding.provider": "none", "source.language": "french"}
@@ -40,12 +41,11 @@ def write_tree(root: Path, n: int) -> Path:
 def pending(url: str, collection: str = "default") -> tuple[bool, int, int]:
     """(the collection's mark, its term_stat rows, its chunks), read from another connection."""
     with psycopg.connect(url, autocommit=True) as conn:
-        row = conn.execute(
-            "SELECT coalesce((SELECT term_stat_pending FROM ragpg.collection WHERE name = %(c)s), false),"
-            " (SELECT count(*) FROM ragpg.term_stat WHERE collection = %(c)s),"
-            " (SELECT count(*) FROM ragpg.chunk WHERE collection = %(c)s)", {"c": collection}).fetchone()
-    assert row is not None
-    return bool(row[0]), int(row[1]), int(row[2])
+        [row] = records(conn,
+            "SELECT coalesce((SELECT term_stat_pending FROM ragpg.collection WHERE name = %(c)s), false)"
+            " AS pending, (SELECT count(*) FROM ragpg.term_stat WHERE collection = %(c)s) AS terms,"
+            " (SELECT count(*) FROM ragpg.chunk WHERE collection = %(c)s) AS chunks", {"c": collection})
+    return bool(row["pending"]), int(row["terms"]), int(row["chunks"])
 
 
 def ingest_watching(url: str, tree: Path) -> list[tuple[bool, int, int]]:

@@ -9,6 +9,8 @@ from rag_pg.config import IndexSettings
 from rag_pg.store.documents import Store
 from rag_pg.store.vector_index import vector_index_name
 
+from .rows import value
+
 MODEL = "m-build"
 
 
@@ -20,12 +22,11 @@ def build_with(db_url: str, session: str, build_memory: str) -> tuple[str, str]:
         store = Store("ragpg", IndexSettings(build_memory=build_memory))
         with conn.transaction():  # the build's setting is local to it: look before it ends
             store.ensure_vector_index(conn, MODEL, 8)
-            memory = conn.execute("SHOW maintenance_work_mem").fetchone()
-            definition = conn.execute("SELECT pg_get_indexdef(to_regclass(%s))",
-                                      (f"ragpg.{vector_index_name(MODEL)}",)).fetchone()
+            memory = value(conn, "SHOW maintenance_work_mem")
+            definition = value(conn, "SELECT pg_get_indexdef(to_regclass(%s))", (f"ragpg.{vector_index_name(MODEL)}",))
             conn.execute(f"DROP INDEX ragpg.{vector_index_name(MODEL)}")
     assert memory is not None and definition is not None
-    return memory[0], definition[0]
+    return memory, definition
 
 
 def test_build_memory_raises_a_smaller_session_setting(db_url):

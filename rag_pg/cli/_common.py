@@ -89,6 +89,10 @@ def psycopg_log(*, verbose: bool) -> None:
     connection attempt of its workers, a pipeline the second error it meets while closing on
     the first (a refused document's). That log is shown only when asked for (``-v``)."""
     logging.getLogger("psycopg").setLevel(logging.WARNING if verbose else logging.CRITICAL)
+    if verbose or "rag_pg.store.db" in sys.modules:  # loaded already, or wanted: cheap then
+        from rag_pg.store.db import show_second_pipeline_errors
+
+        show_second_pipeline_errors(verbose)
 
 
 def warn(message: str) -> None:

@@ -464,8 +464,10 @@ class _SecondPipelineError(logging.Filter):
     pipeline cannot close while an error raised in it is propagating, and that first error
     reaches ragpg's caller (as a RagError); the record only repeated it on stderr."""
 
+    dropping = True  # off when psycopg's whole log is asked for (``ragpg -v``)
+
     def filter(self, record: logging.LogRecord) -> bool:
-        return not (isinstance(record.msg, str)
+        return not (self.dropping and isinstance(record.msg, str)
                     and record.msg.startswith("error ignored terminating"))
 
 
@@ -478,3 +480,8 @@ def quiet_second_pipeline_errors() -> None:
     log = logging.getLogger("psycopg")
     if _PIPELINE_NOISE not in log.filters:
         log.addFilter(_PIPELINE_NOISE)
+
+
+def show_second_pipeline_errors(show: bool) -> None:
+    """Let that record through (the command line's ``-v`` shows psycopg's whole log)."""
+    _PIPELINE_NOISE.dropping = not show

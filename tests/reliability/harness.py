@@ -25,6 +25,7 @@ from rag_pg.testing import faults
 
 from ..conftest import drop_database, new_database, run_cli
 from ..invariants import dump
+from ..rows import records
 
 
 def write_tree(root: Path, n: int, *, paragraphs: int = 8, seed: int = 0) -> Path:
@@ -90,10 +91,10 @@ def reference_dump(pg_server_url: str, pg_template: str, tree: Path, server: Any
 def counts(url: str) -> tuple[int, int]:
     """(documents, duplicate (collection, path) pairs)."""
     with psycopg.connect(url) as conn:
-        row = conn.execute("SELECT count(*), count(*) - count(DISTINCT (collection, path))"
-                           " FROM ragpg.document").fetchone()
-    assert row is not None
-    return int(row[0]), int(row[1])
+        [row] = records(conn, "SELECT count(*) AS documents,"
+                              " count(*) - count(DISTINCT (collection, path)) AS duplicates"
+                              " FROM ragpg.document")
+    return int(row["documents"]), int(row["duplicates"])
 
 
 def free_port() -> int:

@@ -12,6 +12,7 @@ import psycopg
 from rag_pg import RagPG, Settings
 
 from ..invariants import violations
+from ..rows import values
 
 GOOD = 5
 
@@ -52,7 +53,7 @@ def test_e3_hostile_files_are_classified_and_the_run_goes_on(db_url, embed_serve
     failed = {f.path for f in report.failures}
     skipped = {s.path for s in report.skipped}
     with psycopg.connect(db_url) as conn:
-        indexed = {row[0] for row in conn.execute("SELECT path FROM ragpg.document")}
+        indexed = set(values(conn, "SELECT path FROM ragpg.document"))
     classes = {rel: ("indexed" if rel in indexed else "failed" if rel in failed else
                      "skipped" if rel in skipped else "unclassified") for rel in expected}
     wrong = {rel: got for rel, got in classes.items() if expected[rel] not in ("any", got)}

@@ -23,6 +23,7 @@ from rag_pg.store import migrate
 
 from ..conftest import run_cli
 from ..invariants import dump, violations
+from ..rows import value
 from ..waiting import eventually
 from .conftest import counted, slow
 from .harness import FaultProxy, OwnPostgres, edit_some, env_for, spawned, write_tree
@@ -165,8 +166,8 @@ def lost_commits(own: OwnPostgres, server: Any, tmp_path: Path, picks: range) ->
                                         f"{out.stderr.strip().splitlines()[-1]}")
         rerun = run_cli(["ingest", str(tree)], env=env_for(url, server), cwd=tmp_path)
         with psycopg.connect(url) as conn:
-            row = conn.execute("SELECT count(*) - count(DISTINCT (collection, path)) FROM ragpg.document").fetchone()
-        stats["duplicates"] += int(row[0]) if row else 0
+            row = value(conn, "SELECT count(*) - count(DISTINCT (collection, path)) FROM ragpg.document")
+        stats["duplicates"] += int(row) if row else 0
         stats["not_converged"] += rerun.returncode != 0 or dump(url) != ref or bool(violations(url))
     return stats
 

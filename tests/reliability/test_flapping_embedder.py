@@ -15,6 +15,7 @@ from rag_pg.testing.embedserver import FakeEmbeddingServer
 from rag_pg.testing.fake_http import FakeHandler
 
 from ..invariants import violations
+from ..rows import value
 from .conftest import counted, slow
 from .harness import write_tree
 
@@ -67,8 +68,8 @@ def flapping_run(tmp_path: Path, db_url: str, docs: int, most_runs: int = 30) ->
         stats["injected_503"] = server.failed
         stats["calls"] = server.calls
     with psycopg.connect(db_url) as conn:
-        row = conn.execute("SELECT count(*) FROM ragpg.document").fetchone()
-    stats["indexed"] = int(row[0]) if row else 0
+        row = value(conn, "SELECT count(*) FROM ragpg.document")
+    stats["indexed"] = int(row) if row else 0
     stats["expected"] = docs - 1
     return stats
 

@@ -25,7 +25,7 @@ SITES = ("after_walk_item", "before_embed", "after_embed", "before_write", "afte
 def by_document(rows: list[Any]) -> dict[tuple[str, str], list[Any]]:
     grouped: dict[tuple[str, str], list[Any]] = defaultdict(list)
     for row in rows:
-        grouped[(row[0], row[1])].append(row)
+        grouped[(row["collection"], row["path"])].append(row)
     return dict(grouped)
 
 

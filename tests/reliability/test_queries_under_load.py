@@ -21,6 +21,7 @@ from rag_pg import RagPG, Settings
 from rag_pg.errors import RagError
 
 from ..conftest import run_cli
+from ..rows import value
 from ..test_server import Served, clean_env
 from ..waiting import eventually
 from .conftest import counted, slow
@@ -202,9 +203,8 @@ def test_d5_ten_thousand_fuzzed_queries(db_url, embed_server, corpus, figure):
 
 def ragpg_backends(admin_url: str, db_url: str) -> int:
     with psycopg.connect(admin_url, autocommit=True) as conn:
-        row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND application_name = 'ragpg'",
-                           (conninfo_to_dict(db_url)["dbname"],)).fetchone()
-    return int(row[0]) if row else 0
+        row = value(conn, "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND application_name = 'ragpg'", (conninfo_to_dict(db_url)["dbname"],))
+    return int(row) if row else 0
 
 
 def leak_loop(db_url: str, admin_url: str, server: Any, corpus: Path, ops: int) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from rag_pg.store.locks import LOCK_CLASS, lock_key
 
 from ..conftest import drop_database, new_database, run_cli
 from ..invariants import dump, violations
+from ..rows import value
 from ..waiting import eventually
 from .conftest import counted, slow
 from .harness import counts, edit_some, env_for, spawned, write_tree
@@ -95,10 +96,10 @@ def test_c1_counted_races(db_url, embed_server, tmp_path, pg_server_url, pg_temp
 def lock_held(url: str, key: int) -> bool:
     with psycopg.connect(url, autocommit=True) as conn:
         # this database's lock only: tests sharing the server use the same collection name
-        row = conn.execute("SELECT count(*) FROM pg_locks l JOIN pg_database db ON db.oid = l.database"
+        row = value(conn, "SELECT count(*) FROM pg_locks l JOIN pg_database db ON db.oid = l.database"
                            " WHERE l.locktype = 'advisory' AND l.granted AND l.classid = %s AND l.objid = %s"
-                           " AND db.datname = current_database()", (LOCK_CLASS, key)).fetchone()
-    return bool(row and row[0])
+                           " AND db.datname = current_database()", (LOCK_CLASS, key))
+    return bool(row and row)
 
 
 def poll(condition: Any, what: str) -> float:

@@ -11,6 +11,7 @@ import psycopg
 
 from rag_pg import RagPG, Settings
 
+from ..rows import value
 from ..test_filters import exact_top
 from .conftest import counted, slow
 
@@ -57,9 +58,9 @@ def churn(db_url: str, server: Any, root: Path, docs: int, rounds: int = 8, k: i
             stats["short_answers"] += short
             stats["worst_recall"] = min(stats["worst_recall"], worst)
         with psycopg.connect(db_url, autocommit=True) as conn:
-            row = conn.execute("SELECT n_dead_tup FROM pg_stat_user_tables WHERE schemaname = 'ragpg'"
-                               " AND relname = 'chunk_vector'").fetchone()
-            stats["dead_tuples_before_vacuum"] = int(row[0]) if row else 0
+            row = value(conn, "SELECT n_dead_tup FROM pg_stat_user_tables WHERE schemaname = 'ragpg'"
+                               " AND relname = 'chunk_vector'")
+            stats["dead_tuples_before_vacuum"] = int(row) if row else 0
             conn.execute("VACUUM ragpg.chunk_vector")
         stats["after_vacuum_short"], stats["after_vacuum_recall"] = measure(rag)
     stats["worst_recall"] = round(stats["worst_recall"], 2)

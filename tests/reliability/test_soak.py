@@ -19,6 +19,7 @@ import psycopg
 
 from rag_pg import RagPG, Settings
 
+from ..rows import records
 from ..test_server import Served, clean_env
 from .conftest import counted, slow
 from .harness import child_env, env_for, write_tree
@@ -95,11 +96,11 @@ def test_f1_counted_bulk_ingest(db_url, pg_server_url, pg_template, embed_server
 def sizes(db_url: str) -> tuple[int, int]:
     """The chunk and vector tables' bytes on disk (indexes and TOAST included) and live rows."""
     with psycopg.connect(db_url) as conn:
-        row = conn.execute("SELECT pg_total_relation_size('ragpg.chunk')"
-                           " + pg_total_relation_size('ragpg.chunk_vector'),"
-                           " (SELECT count(*) FROM ragpg.chunk) + (SELECT count(*) FROM ragpg.chunk_vector)"
-                           ).fetchone()
-    return (int(row[0]), int(row[1])) if row else (0, 0)
+        [row] = records(conn, "SELECT pg_total_relation_size('ragpg.chunk')"
+                              " + pg_total_relation_size('ragpg.chunk_vector') AS bytes,"
+                              " (SELECT count(*) FROM ragpg.chunk)"
+                              " + (SELECT count(*) FROM ragpg.chunk_vector) AS live_rows")
+    return int(row["bytes"]), int(row["live_rows"])
 
 
 def over_limit_latency(url: str) -> float:
