@@ -55,7 +55,8 @@ def main() -> None:
     from rag_pg.embed import serving
     from rag_pg.search.query_vectors import QueryVectors
     from rag_pg.search.run import SearchOptions
-    from rag_pg.store.db import SET_SNAPSHOT, read_snapshot
+    from rag_pg.store.db import read_snapshot
+    from rag_pg.store.queries import statement
 
     settings = Settings.load(environ={}, cwd=HERE, overrides={
         "database.url": a.db, "embedding.provider": "http", "embedding.url": a.embed_url,
@@ -84,7 +85,7 @@ def main() -> None:
         def four_syncs(plan: Any) -> list[int]:
             with conn.pipeline():
                 with conn.transaction():
-                    conn.execute(SET_SNAPSHOT)
+                    conn.execute(statement("snapshot_set"))
                     searcher.send_collection(conn, a.collection)
                     cur = searcher.execute(conn, plan)
                 return [row.chunk_id for row in cur.fetchall()]

@@ -23,6 +23,7 @@ from rag_pg.config import DatabaseSettings, redact_url
 from rag_pg.config.settings import UNPARSABLE_DSN, mask_secret
 from rag_pg.errors import ConfigError, DatabaseTimeout, ExtensionUnavailable, StoreError
 from rag_pg.store import tenancy
+from rag_pg.store.queries import statement
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Connection as SAConnection
@@ -59,8 +60,6 @@ _OPEN = (psycopg.pq.TransactionStatus.INTRANS, psycopg.pq.TransactionStatus.INER
 #: A search reads its collection and its candidates in one snapshot, so that the model it
 #: embedded the query with is the one whose vectors it scans, even while `ragpg reembed`
 #: switches the collection to another model. Read-only: it never waits, never fails to commit.
-BEGIN_SNAPSHOT = "BEGIN ISOLATION LEVEL REPEATABLE READ, READ ONLY"
-SET_SNAPSHOT = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY"
 
 
 class DeadlineConnection(psycopg.Connection[TupleRow]):
@@ -162,18 +161,18 @@ def read_snapshot(conn: psycopg.Connection[Any]) -> Iterator[None]:
         snapshot = conn.info.transaction_status == _IDLE  # else a caller's transaction
         with conn.pipeline(), conn.transaction():
             if snapshot:
-                conn.execute(SET_SNAPSHOT)
+                conn.execute(statement("snapshot_set"))
             yield
         return
     # The tenant, as DeadlineConnection.transaction names it in each transaction it opens.
     tenant = tenancy.active() if isinstance(conn, DeadlineConnection) else None
     try:
         with conn.pipeline():
-            conn.execute(BEGIN_SNAPSHOT)
+            conn.execute(statement("snapshot_begin"))
             if tenant is not None:
                 conn.execute(tenancy.statement(tenant))
             yield
-            conn.execute("COMMIT")
+            conn.execute(statement("snapshot_commit"))
     except BaseException:
         # A failed statement leaves the transaction open (the pipeline skipped the COMMIT).
         if not conn.closed and conn.info.transaction_status in _OPEN:
@@ -288,7 +287,7 @@ class BorrowedConnection:
                 # A non-autocommit connection belongs to a caller who commits (Django's atomic(),
                 # a Flask request): open its transaction now, so ragpg's transaction blocks are
                 # savepoints inside it rather than transactions of their own that would commit.
-                self.conn.execute("SELECT 1")
+                self.conn.execute(statement("ping"))
             yield self.conn
 
     def close(self) -> None:

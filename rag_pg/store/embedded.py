@@ -328,12 +328,14 @@ def _set_password(url: str, password: str) -> None:
     import psycopg
     from psycopg import sql
 
+    from rag_pg.store.queries import statement
+
     try:
         with psycopg.connect(url, autocommit=True, connect_timeout=10) as conn:
             verifier = conn.pgconn.encrypt_password(
                 password.encode(), SUPERUSER.encode(), b"scram-sha-256").decode("ascii")
-            conn.execute(sql.SQL("ALTER ROLE {} PASSWORD {}").format(
-                sql.Identifier(SUPERUSER), sql.Literal(verifier)))
+            conn.execute(statement("superuser_password").format(
+                role=sql.Identifier(SUPERUSER), verifier=sql.Literal(verifier)))
     except psycopg.Error as exc:
         first = str(exc).strip().splitlines()
         raise StoreError(f"cannot set the superuser's password: {first[0] if first else exc}") from None

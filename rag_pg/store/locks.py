@@ -12,15 +12,10 @@ import psycopg
 from psycopg.rows import dict_row, scalar_row
 
 from rag_pg.errors import IngestBusy
+from rag_pg.store.queries import statement
 
 LOCK_CLASS = 0x72677067 & 0x7FFFFFFF  # "rgpg": ragpg's advisory-lock namespace
 
-_HOLDER = """
-SELECT a.pid, a.application_name, a.state
-FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-WHERE l.locktype = 'advisory' AND l.granted AND l.classid = %s AND l.objid = %s
-LIMIT 1
-"""
 
 
 def lock_key(schema: str, collection: str) -> int:
@@ -30,7 +25,7 @@ def lock_key(schema: str, collection: str) -> int:
 def holder(conn: psycopg.Connection[Any], key: int) -> str:
     """Who holds the lock, so a waiting user knows whom to ask (or what to kill)."""
     with conn.cursor(row_factory=dict_row) as cur:
-        row = cur.execute(_HOLDER, (LOCK_CLASS, key)).fetchone()
+        row = cur.execute(statement("lock_holder"), (LOCK_CLASS, key)).fetchone()
     if row is None:
         return "holder unknown"
     return f"pid {row['pid']}, application {row['application_name'] or '?'}, {row['state'] or 'state unknown'}"
@@ -41,9 +36,9 @@ def lock_free(conn: psycopg.Connection[Any], schema: str, collection: str) -> bo
     released at once: a process that died let go of it with its connection)."""
     key = lock_key(schema, collection)
     with conn.cursor(row_factory=scalar_row) as cur:
-        free = bool(cur.execute("SELECT pg_try_advisory_lock(%s, %s)", (LOCK_CLASS, key)).fetchone())
+        free = bool(cur.execute(statement("lock_try"), (LOCK_CLASS, key)).fetchone())
     if free:
-        conn.execute("SELECT pg_advisory_unlock(%s, %s)", (LOCK_CLASS, key))
+        conn.execute(statement("lock_release"), (LOCK_CLASS, key))
     return free
 
 
@@ -75,7 +70,7 @@ def collection_lock(
         told = False
         while True:
             with lock_conn.cursor(row_factory=scalar_row) as cur:
-                taken = cur.execute("SELECT pg_try_advisory_lock(%s, %s)", (LOCK_CLASS, key)).fetchone()
+                taken = cur.execute(statement("lock_try"), (LOCK_CLASS, key)).fetchone()
             if taken:
                 break
             who = holder(lock_conn, key)
@@ -99,7 +94,7 @@ def collection_lock(
             # closed without that round trip (a frozen server would make it wait again).
             if dedicated is None or not failed:
                 try:
-                    lock_conn.execute("SELECT pg_advisory_unlock(%s, %s)", (LOCK_CLASS, key))
+                    lock_conn.execute(statement("lock_release"), (LOCK_CLASS, key))
                 except psycopg.Error:
                     pass  # the lock goes with the connection
     finally:

@@ -15,6 +15,7 @@ from sqlalchemy import create_engine, pool
 from sqlalchemy.engine import Connection as SAConnection
 
 from rag_pg.errors import ExtensionUnavailable
+from rag_pg.store.queries import statement
 
 
 def alembic_config(schema: str) -> Config:
@@ -98,12 +99,11 @@ def current_revision(conn: psycopg.Connection[Any], schema: str = "ragpg") -> st
     """The schema's Alembic revision, or None where ragpg was never installed."""
     table = sql.Identifier(schema, "alembic_version")
     with conn.cursor(row_factory=dict_row) as cur:
-        found = cur.execute(
-            "SELECT to_regclass(%(table)s) IS NOT NULL AS present", {"table": table.as_string(conn)}
-        ).fetchone()
+        found = cur.execute(statement("migration_table_present"),
+                            {"table": table.as_string(conn)}).fetchone()
         if not found or not found["present"]:
             return None
-        row = cur.execute(sql.SQL("SELECT version_num FROM {}").format(table)).fetchone()
+        row = cur.execute(statement("migration_revision").format(table=table)).fetchone()
     return str(row["version_num"]) if row else None
 
 

@@ -6,17 +6,9 @@ from collections.abc import Collection
 from typing import Any
 
 import psycopg
-from psycopg import sql
 from psycopg.rows import dict_row
 
-_MISSING = sql.SQL(
-    "SELECT d.path, d.parent_path FROM {schema}.document d"
-    " WHERE d.collection = %(collection)s AND d.parent_path IS NOT NULL"
-    " AND (%(source_root)s::text IS NULL OR d.source_root = %(source_root)s)"
-    " AND NOT EXISTS (SELECT 1 FROM {schema}.document p"
-    "                 WHERE p.collection = d.collection AND p.path = d.parent_path)"
-    " ORDER BY d.path"
-)
+from rag_pg.store.queries import Queries
 
 
 def missing_parents(
@@ -34,7 +26,7 @@ def missing_parents(
     """
     with conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(
-            _MISSING.format(schema=sql.Identifier(schema)),
+            Queries(schema)("parents_missing"),
             {"collection": collection, "source_root": source_root},
         ).fetchall()
     found = [(str(r["path"]), str(r["parent_path"])) for r in rows]

@@ -53,5 +53,10 @@ class Queries:
         return f"{self._ident.as_string()}.{name}"
 
 
+def statement(name: str) -> sql.SQL:
+    """A named statement that names no schema (a session's, a lock's), as it is."""
+    return sql.SQL(_raw()[name])
+
+
 def names() -> list[str]:
     return sorted(_raw())

@@ -22,11 +22,7 @@ from psycopg.rows import scalar_row
 from rag_pg.config import DatabaseSettings
 from rag_pg.errors import StoreError
 from rag_pg.store.db import ConnectionSource, PoolSource
-
-# On a standby: has it replayed the primary's WAL up to %s? A server that is not in recovery
-# (read_url naming the primary itself, or a promoted replica) has everything it committed.
-CAUGHT_UP = "SELECT coalesce(pg_last_wal_replay_lsn() >= %s::pg_lsn, NOT pg_is_in_recovery())"
-WAL_POSITION = "SELECT pg_current_wal_lsn()::text"
+from rag_pg.store.queries import statement
 
 
 class ReadRouter:
@@ -51,7 +47,7 @@ class ReadRouter:
             return
         try:
             with self.primary.connection() as conn, conn.cursor(row_factory=scalar_row) as cur:
-                position = cur.execute(WAL_POSITION).fetchone()
+                position = cur.execute(statement("wal_position")).fetchone()
         except (StoreError, psycopg.Error):
             # The primary went away during the write: its own error says so, not this one.
             return
@@ -81,7 +77,7 @@ class ReadRouter:
             return self.replica
         try:
             with self.replica.connection() as conn, conn.cursor(row_factory=scalar_row) as cur:
-                caught_up = cur.execute(CAUGHT_UP, (awaited,)).fetchone()
+                caught_up = cur.execute(statement("replica_caught_up"), (awaited,)).fetchone()
         except (StoreError, psycopg.OperationalError):
             return self.primary
         if not caught_up:

@@ -6,27 +6,12 @@ from __future__ import annotations
 from typing import Any
 
 import psycopg
-from psycopg import sql
 from psycopg.rows import scalar_row
 from psycopg.types.json import Jsonb
 
 from rag_pg.models import IngestReport
 from rag_pg.store.boundary import translated
 from rag_pg.store.queries import Queries
-
-# Runs of the collection still marked running once its lock is ours: their process died
-# (a SIGKILL, a lost machine) without recording the end, since a live one would hold the lock.
-_ABORT_STALE_RUNS = sql.SQL(
-    "UPDATE {schema}.ingest_run SET status = 'aborted', finished_at = now()"
-    " WHERE collection = %(collection)s AND status = 'running'"
-)
-# The counters of a run under way, after each write group: ingest_runs_v shows progress.
-_RUN_PROGRESS = sql.SQL(
-    "UPDATE {schema}.ingest_run SET documents_seen = %(seen)s, documents_indexed = %(indexed)s,"
-    " documents_skipped = %(skipped)s, documents_failed = %(failed)s,"
-    " chunks_upserted = %(chunks)s, embedding_calls = %(calls)s, tokens_embedded = %(tokens)s"
-    " WHERE id = %(id)s"
-)
 
 
 class RunLog:
@@ -52,7 +37,7 @@ class RunLog:
     def record_progress(self, conn: psycopg.Connection[Any], run_id: int, report: IngestReport) -> None:
         """The run's counters so far, in its row (one short transaction per write group)."""
         with conn.transaction():
-            conn.execute(_RUN_PROGRESS.format(schema=sql.Identifier(self.schema)), {
+            conn.execute(self.q("runs_progress"), {
                 "id": run_id, "seen": report.documents_seen,
                 "indexed": report.documents_indexed, "skipped": report.documents_skipped,
                 "failed": report.documents_failed, "chunks": report.chunks_upserted,
@@ -90,6 +75,6 @@ class RunLog:
 def abort_stale_runs(conn: psycopg.Connection[Any], schema: str, collection: str) -> int:
     """Mark ``aborted`` the runs left ``running`` by a dead process; call with the lock held."""
     with conn.transaction():
-        cur = conn.execute(_ABORT_STALE_RUNS.format(schema=sql.Identifier(schema)),
+        cur = conn.execute(Queries(schema)("runs_abort_stale"),
                            {"collection": collection})
     return cur.rowcount

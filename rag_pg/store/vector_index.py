@@ -38,13 +38,9 @@ class VectorIndexes:
     def vector_index_statement(self, model: str, dimension: int) -> sql.Composed:
         """The CREATE INDEX of ``model``'s partial HNSW index (see ``ensure_vector_index``)."""
         kind = vector_kind(dimension, self.index.vector_type)
-        return sql.SQL(
-            "CREATE INDEX IF NOT EXISTS {name} ON {schema}.chunk_vector USING hnsw"
-            " ((embedding::{kind}({dim})) {ops}) WITH (m = {m}, ef_construction = {efc})"
-            " WHERE model = {model}"
-        ).format(
-            name=sql.Identifier(vector_index_name(model)),
-            schema=sql.Identifier(self.schema),
+        return self.q.compose(
+            "vector_index_create",
+            index=sql.Identifier(vector_index_name(model)),
             kind=sql.SQL(kind),
             dim=sql.Literal(dimension),
             ops=sql.SQL(f"{kind}_cosine_ops"),
@@ -68,12 +64,8 @@ class VectorIndexes:
             return
         try:
             with conn.transaction():
-                conn.execute(
-                    "SELECT set_config('maintenance_work_mem', %(memory)s, true)"
-                    " WHERE pg_size_bytes(%(memory)s)"
-                    " > pg_size_bytes(current_setting('maintenance_work_mem'))",
-                    {"memory": self.index.build_memory.replace(" ", "")},
-                )
+                conn.execute(self.q("vector_index_build_memory"),
+                             {"memory": self.index.build_memory.replace(" ", "")})
                 conn.execute(self.vector_index_statement(model, dimension))
         except psycopg.errors.InsufficientPrivilege:
             # Not the owner (tenancy's runtime role): searches are exact until an ingest by
@@ -85,7 +77,7 @@ class VectorIndexes:
         the same to use it); None when the index does not exist (yet)."""
         with conn.cursor(row_factory=scalar_row) as cur:
             definition = cur.execute(
-                "SELECT pg_get_indexdef(to_regclass(%s))", (self.q.table(vector_index_name(model)),)
+                self.q("vector_index_definition"), (self.q.table(vector_index_name(model)),)
             ).fetchone()
         if not definition:
             return None
@@ -98,10 +90,6 @@ class VectorIndexes:
                 in_use = cur.execute(self.q("reembed_model_in_use"), {"model": model}).fetchone()
             if in_use is None or in_use:
                 return False
-            conn.execute(
-                sql.SQL("DROP INDEX IF EXISTS {schema}.{name}").format(
-                    schema=sql.Identifier(self.schema),
-                    name=sql.Identifier(vector_index_name(model)),
-                )
-            )
+            conn.execute(self.q.compose("vector_index_drop",
+                                        index=sql.Identifier(vector_index_name(model))))
         return True
