@@ -130,15 +130,10 @@ def outside(*stages: str) -> Iterator[tuple[str, Path]]:
             yield name, path
 
 
-# Modules of the store whose statements are still composed in Python (DDL from identifiers:
-# roles, row-level security): every other statement is in store/sql/*.sql, by name.
-COMPOSED_IN_PYTHON = {"rag_pg.store.roles", "rag_pg.store.tenancy"}
-
-
 def test_the_store_loads_its_statements_by_name():
     found = [f"{name}:{node.lineno}"
              for name, path in modules().items()
-             if stage(name) == "store" and name not in COMPOSED_IN_PYTHON
+             if stage(name) == "store"
              for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
              if isinstance(node, ast.Constant) and isinstance(node.value, str)
              and SQL_STATEMENT.match(node.value)]

@@ -38,6 +38,8 @@ from rag_pg.config import check_identifier
 from rag_pg.config.sections import READER_CONNECTION_LIMIT as DEFAULT_CONNECTION_LIMIT
 from rag_pg.config.sections import READER_STATEMENT_TIMEOUT as DEFAULT_STATEMENT_TIMEOUT
 from rag_pg.errors import ConfigError, SchemaMissing, StoreError
+from rag_pg.store.queries import Queries
+from rag_pg.store.queries import statement as named
 
 PUBLISHED_VIEWS: tuple[str, ...] = ("documents_v", "chunks_v", "ingest_runs_v", "corpus_stats_v")
 """Views a reader may SELECT (created by migration 0002)."""
@@ -147,7 +149,7 @@ def create_reader(
     role = sql.Identifier(name)
     try:
         with conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_ROLES_LOCK,))
+            conn.execute(named("roles_lock"), (_ROLES_LOCK,))
             database = _check_schema(conn, schema)
             created = _ensure_role(conn, name, schema, role, connection_limit)
             _set_password(conn, name, role, password)
@@ -179,29 +181,33 @@ def _grant_reading(conn: psycopg.Connection[Any], name: str, schema: str, databa
                    timeout: str) -> None:
     """Exactly a reader's rights, whatever the role held before: read-only sessions with a
     statement timeout, SELECT on the published views, EXECUTE on the published functions."""
-    role, nsp = sql.Identifier(name), sql.Identifier(schema)
+    role, q = sql.Identifier(name), Queries(schema)
     for setting, value in (("statement_timeout", timeout), ("default_transaction_read_only", "on")):
-        conn.execute(sql.SQL("ALTER ROLE {} SET {} = {}").format(
-            role, sql.Identifier(setting), sql.Literal(value)))
-    for kind in ("TABLES", "SEQUENCES", "ROUTINES"):
-        conn.execute(sql.SQL("REVOKE ALL ON ALL {} IN SCHEMA {} FROM {}").format(
-            sql.SQL(kind), nsp, role))
-    conn.execute(sql.SQL("REVOKE ALL ON SCHEMA {} FROM {}").format(nsp, role))
+        conn.execute(named("role_setting").format(
+            role=role, setting=sql.Identifier(setting), value=sql.Literal(value)))
+    _revoke_all(conn, q, role)
+    conn.execute(q.compose("role_revoke_schema", role=role))
     with conn.cursor(row_factory=dict_row) as cur:
-        can_connect = cur.execute(
-            "SELECT has_database_privilege(%s, current_database(), 'CONNECT') AS allowed",
-            (name,),
-        ).fetchone()
+        can_connect = cur.execute(named("role_may_connect"), (name,)).fetchone()
     if not (can_connect and can_connect["allowed"]):
         # PUBLIC's default CONNECT was revoked: grant it to this role alone.
-        conn.execute(sql.SQL("GRANT CONNECT ON DATABASE {} TO {}").format(
-            sql.Identifier(database), role))
-    conn.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(nsp, role))
+        conn.execute(named("role_grant_connect").format(
+            database=sql.Identifier(database), role=role))
+    conn.execute(q.compose("role_grant_schema", role=role))
     for view in PUBLISHED_VIEWS:
-        conn.execute(sql.SQL("GRANT SELECT ON {}.{} TO {}").format(nsp, sql.Identifier(view), role))
+        conn.execute(q.compose("role_grant_view", view=sql.Identifier(view), role=role))
+    _grant_functions(conn, q, role)
+
+
+def _revoke_all(conn: psycopg.Connection[Any], q: Queries, role: sql.Identifier) -> None:
+    for kind in ("TABLES", "SEQUENCES", "ROUTINES"):
+        conn.execute(q.compose("role_revoke_all_in_schema", kind=sql.SQL(kind), role=role))
+
+
+def _grant_functions(conn: psycopg.Connection[Any], q: Queries, role: sql.Identifier) -> None:
     for function, args in PUBLISHED_FUNCTIONS:
-        conn.execute(sql.SQL("GRANT EXECUTE ON FUNCTION {}.{}({}) TO {}").format(
-            nsp, sql.Identifier(function), sql.SQL(args), role))
+        conn.execute(q.compose("role_grant_function", function=sql.Identifier(function),
+                               args=sql.SQL(args), role=role))
 
 
 def create_runtime(
@@ -224,34 +230,19 @@ def create_runtime(
     if connection_limit < -1 or connection_limit == 0:
         raise ConfigError("connection limit must be positive, or -1 for no limit")
     role = sql.Identifier(name)
-    nsp = sql.Identifier(schema)
+    q = Queries(schema)
     try:
         with conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_ROLES_LOCK,))
+            conn.execute(named("roles_lock"), (_ROLES_LOCK,))
             database = _check_schema(conn, schema)
             created = _ensure_role(conn, name, schema, role, connection_limit)
             _set_password(conn, name, role, password)
-            conn.execute(sql.SQL("ALTER ROLE {} RESET ALL").format(role))
-            for kind in ("TABLES", "SEQUENCES", "ROUTINES"):
-                conn.execute(sql.SQL("REVOKE ALL ON ALL {} IN SCHEMA {} FROM {}").format(
-                    sql.SQL(kind), nsp, role))
-            conn.execute(sql.SQL("GRANT USAGE ON SCHEMA {} TO {}").format(nsp, role))
-            conn.execute(sql.SQL(
-                "GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {} TO {}"
-            ).format(nsp, role))
-            conn.execute(sql.SQL("GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA {} TO {}")
-                         .format(nsp, role))
-            # The tenant map is the owner's to write; the schema version is read, never written.
-            conn.execute(sql.SQL("REVOKE ALL ON {}.tenant_collection, {}.tenant_role FROM {}")
-                         .format(nsp, nsp, role))
-            conn.execute(sql.SQL("REVOKE INSERT, UPDATE, DELETE ON {}.alembic_version FROM {}")
-                         .format(nsp, role))
-            for function, args in PUBLISHED_FUNCTIONS:
-                conn.execute(sql.SQL("GRANT EXECUTE ON FUNCTION {}.{}({}) TO {}").format(
-                    nsp, sql.Identifier(function), sql.SQL(args), role))
-            conn.execute(sql.SQL(
-                "INSERT INTO {}.tenant_role (role, tenant) VALUES (%s, NULL)"
-                " ON CONFLICT (role) DO UPDATE SET tenant = NULL").format(nsp), (name,))
+            conn.execute(named("role_reset").format(role=role))
+            _revoke_all(conn, q, role)
+            conn.execute(q.compose("role_grant_schema", role=role))
+            conn.execute(q.compose("runtime_role_grants", role=role))
+            _grant_functions(conn, q, role)
+            conn.execute(q("runtime_role_register"), (name,))
     except psycopg.errors.InsufficientPrivilege as exc:
         raise StoreError(
             f"not allowed to create role {name!r} or grant on schema {schema!r}: run this as a"
@@ -273,48 +264,31 @@ def _set_password(conn: psycopg.Connection[Any], name: str, role: sql.Identifier
         raise ConfigError("the password is empty or contains a NUL character")
     verifier = conn.pgconn.encrypt_password(
         password.encode("utf-8"), name.encode("utf-8"), None).decode("ascii")
-    conn.execute(sql.SQL("ALTER ROLE {} PASSWORD {}").format(role, sql.Literal(verifier)))
+    conn.execute(named("role_password").format(role=role, verifier=sql.Literal(verifier)))
 
 
 def _bind(conn: psycopg.Connection[Any], schema: str, name: str, tenant: str | None) -> None:
     """Record the reader's tenant (the policies read it), or remove any former binding."""
-    table = sql.SQL("{}.tenant_role").format(sql.Identifier(schema))
+    q = Queries(schema)
     if tenant is None:
-        conn.execute(sql.SQL("DELETE FROM {} WHERE role = %s").format(table), (name,))
+        conn.execute(q("reader_unbind"), (name,))
         return
-    conn.execute(sql.SQL("INSERT INTO {} (role, tenant) VALUES (%s, %s) ON CONFLICT (role)"
-                         " DO UPDATE SET tenant = excluded.tenant").format(table), (name, tenant))
+    conn.execute(q("reader_bind"), (name, tenant))
 
 
 def _runtime_roles(conn: psycopg.Connection[Any], schema: str) -> set[str]:
-    table = sql.SQL("{}.tenant_role").format(sql.Identifier(schema))
+    q = Queries(schema)
     with conn.cursor(row_factory=scalar_row) as cur:
-        if cur.execute("SELECT to_regclass(%s)", (table.as_string(conn),)).fetchone() is None:
+        if cur.execute(named("tenant_role_table"), (q.table("tenant_role"),)).fetchone() is None:
             return set()
-        return set(cur.execute(sql.SQL("SELECT role FROM {} WHERE tenant IS NULL").format(table)))
-
-
-# The readers of a schema: roles granted SELECT on its first published view (not its owner),
-# with their own role-wide settings.
-_READERS = """
-SELECT r.rolname AS name,
-       coalesce((SELECT array_agg(cfg ORDER BY cfg) FROM pg_db_role_setting s,
-                        unnest(s.setconfig) AS cfg
-                 WHERE s.setrole = r.oid AND s.setdatabase = 0), '{}') AS config
-FROM pg_class c
-JOIN pg_namespace n ON n.oid = c.relnamespace
-CROSS JOIN LATERAL aclexplode(c.relacl) AS a
-JOIN pg_roles r ON r.oid = a.grantee
-WHERE n.nspname = %(schema)s AND c.relname = %(view)s AND a.privilege_type = 'SELECT'
-  AND r.oid <> c.relowner
-ORDER BY r.rolname
-"""
+        return set(cur.execute(q("runtime_roles")))
 
 
 def drifted_readers(conn: psycopg.Connection[Any], schema: str = "ragpg") -> list[tuple[str, str]]:
     """``(role, what changed)`` for each reader whose timeout or read-only default is gone."""
     with conn.cursor(row_factory=dict_row) as cur:
-        rows = cur.execute(_READERS, {"schema": schema, "view": PUBLISHED_VIEWS[0]}).fetchall()
+        rows = cur.execute(Queries(schema)("readers"),
+                           {"schema": schema, "view": PUBLISHED_VIEWS[0]}).fetchall()
     runtime = _runtime_roles(conn, schema)  # they write: no read-only default to keep
     out = []
     for row in rows:
@@ -336,23 +310,20 @@ def drifted_readers(conn: psycopg.Connection[Any], schema: str = "ragpg") -> lis
 def _check_schema(conn: psycopg.Connection[Any], schema: str) -> str:
     """The database name, once every published object is known to exist."""
     with conn.cursor(row_factory=dict_row) as cur:
-        rows = cur.execute(
-            "SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace"
-            " WHERE n.nspname = %s AND c.relkind = 'v' AND c.relname = ANY(%s)",
-            (schema, list(PUBLISHED_VIEWS)),
-        ).fetchall()
+        rows = cur.execute(named("published_views_present"),
+                           (schema, list(PUBLISHED_VIEWS))).fetchall()
         missing = sorted(set(PUBLISHED_VIEWS) - {r["relname"] for r in rows})
         for function, args in PUBLISHED_FUNCTIONS:
             signature = sql.SQL("{}.{}({})").format(
                 sql.Identifier(schema), sql.Identifier(function), sql.SQL(args)).as_string(conn)
-            found = cur.execute("SELECT to_regprocedure(%s) AS proc", (signature,)).fetchone()
+            found = cur.execute(named("function_present"), (signature,)).fetchone()
             if not found or found["proc"] is None:
                 missing.append(f"{function}()")
         if missing:
             raise SchemaMissing(
                 f"schema {schema!r} lacks {', '.join(missing)}: run `ragpg init` to upgrade it first"
             )
-        row = cur.execute("SELECT current_database() AS name").fetchone()
+        row = cur.execute(named("database_name")).fetchone()
     assert row is not None
     return str(row["name"])
 
@@ -361,26 +332,10 @@ def _ensure_role(
     conn: psycopg.Connection[Any], name: str, schema: str, role: sql.Identifier, limit: int
 ) -> bool:
     """Create the role, or check an existing one is safe to turn into a reader; True if new."""
-    limit_clause = sql.SQL("CONNECTION LIMIT {}").format(sql.Literal(limit))
     with conn.cursor(row_factory=dict_row) as cur:
-        row = cur.execute(
-            "SELECT r.rolsuper, r.rolcreatedb, r.rolcreaterole, r.rolreplication,"
-            " r.rolbypassrls, r.rolname = current_user AS is_self,"
-            " (SELECT string_agg(g.rolname, ', ' ORDER BY g.rolname) FROM pg_auth_members m"
-            "   JOIN pg_roles g ON g.oid = m.roleid WHERE m.member = r.oid) AS member_of,"
-            " EXISTS (SELECT 1 FROM pg_namespace n WHERE n.nspname = %(schema)s"
-            "   AND (n.nspowner = r.oid OR EXISTS (SELECT 1 FROM pg_class c"
-            "     WHERE c.relnamespace = n.oid AND c.relowner = r.oid))) AS owner"
-            " FROM pg_roles r WHERE r.rolname = %(name)s",
-            {"name": name, "schema": schema},
-        ).fetchone()
+        row = cur.execute(named("role_powers"), {"name": name, "schema": schema}).fetchone()
     if row is None:
-        conn.execute(
-            sql.SQL(
-                "CREATE ROLE {} WITH LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE NOREPLICATION"
-                " NOBYPASSRLS {}"
-            ).format(role, limit_clause)
-        )
+        conn.execute(named("role_create").format(role=role, limit=sql.Literal(limit)))
         return True
     powers = [label for label, flag in (
         ("SUPERUSER", row["rolsuper"]), ("CREATEDB", row["rolcreatedb"]),
@@ -398,9 +353,7 @@ def _ensure_role(
             f"role {name!r} already exists with more rights than a reader ({'; '.join(powers)}):"
             " choose another name, or drop that role first"
         )
-    # Only LOGIN and the limit: the other attributes were just checked to be off, and a
-    # CREATEROLE (non-superuser) admin may not even mention SUPERUSER/REPLICATION/BYPASSRLS.
-    conn.execute(sql.SQL("ALTER ROLE {} WITH LOGIN {}").format(role, limit_clause))
+    conn.execute(named("role_login").format(role=role, limit=sql.Literal(limit)))
     return False
 
 

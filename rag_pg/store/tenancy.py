@@ -33,6 +33,8 @@ from psycopg import sql
 from psycopg.rows import class_row, dict_row, scalar_row
 
 from rag_pg.errors import ConfigError, StoreError
+from rag_pg.store.queries import Queries
+from rag_pg.store.queries import statement as statement_named
 
 SETTING = "ragpg.tenant"
 POLICY = "ragpg_tenant"
@@ -51,7 +53,7 @@ def active() -> str | None:
 def statement(tenant: str) -> sql.Composed:
     """The first statement of a transaction acting for ``tenant``: transaction-local, and a
     utility statement (no snapshot), so ``SET TRANSACTION ISOLATION LEVEL`` may follow it."""
-    return sql.SQL("SET LOCAL {} = {}").format(sql.SQL(SETTING), sql.Literal(tenant))
+    return statement_named("tenant_set").format(setting=sql.SQL(SETTING), tenant=sql.Literal(tenant))
 
 
 def check_tenant(tenant: str) -> str:
@@ -116,19 +118,6 @@ def scoped(source: S, enabled: bool, tenant: str | None) -> S:
 
 # Every table of the schema with a collection column (the collection table: its name), so a
 # table added later is covered by the next `ragpg tenancy enable` without being listed here.
-_TABLES = """
-SELECT c.relname AS name, a.attname AS column, c.relrowsecurity AS rls,
-       c.relforcerowsecurity AS forced,
-       EXISTS (SELECT 1 FROM pg_policy p WHERE p.polrelid = c.oid AND p.polname = %(policy)s)
-           AS has_policy
-FROM pg_class c
-JOIN pg_namespace n ON n.oid = c.relnamespace
-JOIN pg_attribute a ON a.attrelid = c.oid AND NOT a.attisdropped
-WHERE n.nspname = %(schema)s AND c.relkind IN ('r', 'p')
-  AND (a.attname = 'collection' OR (c.relname = 'collection' AND a.attname = 'name'))
-  AND c.relname <> ALL (%(unscoped)s)
-ORDER BY c.relname
-"""
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,11 +163,11 @@ class TenancyStatus:
 
 def _tables(conn: psycopg.Connection[Any], schema: str) -> list[PolicyTable]:
     with conn.cursor(row_factory=class_row(PolicyTable)) as cur:
-        return cur.execute(_TABLES, {"schema": schema, "policy": POLICY,
+        return cur.execute(statement_named("tenancy_tables"), {"schema": schema, "policy": POLICY,
                                      "unscoped": list(_UNSCOPED)}).fetchall()
 
 
-def _one_value(conn: psycopg.Connection[Any], query: str | sql.Composed,
+def _one_value(conn: psycopg.Connection[Any], query: sql.SQL | sql.Composed,
                params: tuple[Any, ...] | None = None) -> Any:
     """The first column of the first row of ``query``, or None when it returns no row."""
     with conn.cursor(row_factory=scalar_row) as cur:
@@ -186,7 +175,7 @@ def _one_value(conn: psycopg.Connection[Any], query: str | sql.Composed,
 
 
 def _require_schema(conn: psycopg.Connection[Any], schema: str) -> None:
-    found = _one_value(conn, "SELECT to_regprocedure(%s)", (
+    found = _one_value(conn, statement_named("tenancy_installed"), (
         sql.SQL("{}.tenant_collections()").format(sql.Identifier(schema)).as_string(conn),
     ))
     if found is None:
@@ -200,16 +189,6 @@ def _require_schema(conn: psycopg.Connection[Any], schema: str) -> None:
 # is never held by a policy: under tenancy they belong to this role instead, which has SELECT
 # on the tables and nothing else (NOLOGIN, not superuser, not BYPASSRLS), so the policies
 # apply to every read made through them.
-_SURFACE = """
-SELECT 'VIEW' AS kind, format('%%I.%%I', n.nspname, c.relname) AS name
-FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-WHERE n.nspname = %(schema)s AND c.relkind IN ('v', 'm')
-UNION ALL
-SELECT 'FUNCTION', p.oid::regprocedure::text
-FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-WHERE n.nspname = %(schema)s AND p.prosecdef AND p.proname <> 'tenant_collections'
-ORDER BY 1, 2
-"""
 
 
 def surface_role(schema: str) -> str:
@@ -219,31 +198,27 @@ def surface_role(schema: str) -> str:
 
 def _surface(conn: psycopg.Connection[Any], schema: str) -> list[SurfaceObject]:
     with conn.cursor(row_factory=class_row(SurfaceObject)) as cur:
-        return cur.execute(_SURFACE, {"schema": schema}).fetchall()
+        return cur.execute(statement_named("tenancy_surface"), {"schema": schema}).fetchall()
 
 
 def _hand_surface(conn: psycopg.Connection[Any], schema: str, owner: sql.Composable) -> None:
     for item in _surface(conn, schema):
         # regprocedure's text and format('%I.%I') are quoted already: SQL() keeps them so.
-        conn.execute(sql.SQL("ALTER {} {} OWNER TO {}").format(
-            sql.SQL(item.kind), sql.SQL(item.name), owner))
+        conn.execute(statement_named("tenancy_surface_owner").format(
+            kind=sql.SQL(item.kind), name=sql.SQL(item.name), owner=owner))
 
 
 def _surface_owner(conn: psycopg.Connection[Any], schema: str) -> sql.Identifier:
     name = surface_role(schema)
     role = sql.Identifier(name)
-    nsp = sql.Identifier(schema)
-    if not _one_value(conn, "SELECT EXISTS (SELECT FROM pg_roles WHERE rolname = %s)", (name,)):
-        conn.execute(sql.SQL("CREATE ROLE {} NOLOGIN NOSUPERUSER NOBYPASSRLS NOINHERIT")
-                     .format(role))
+    q = Queries(schema)
+    if not _one_value(conn, statement_named("role_exists"), (name,)):
+        conn.execute(statement_named("tenancy_surface_role_create").format(role=role))
     # Handing an object to a role needs the right to become it: a CREATEROLE owner that is no
     # superuser holds only ADMIN on the role it created (PostgreSQL 16 and later).
-    if not _one_value(conn, "SELECT pg_has_role(current_user, %s, 'SET')", (name,)):
-        conn.execute(sql.SQL("GRANT {} TO CURRENT_USER").format(role))
-    conn.execute(sql.SQL("GRANT USAGE, CREATE ON SCHEMA {} TO {}").format(nsp, role))
-    conn.execute(sql.SQL("GRANT SELECT ON ALL TABLES IN SCHEMA {} TO {}").format(nsp, role))
-    conn.execute(sql.SQL("REVOKE ALL ON {}.tenant_collection, {}.tenant_role FROM {}")
-                 .format(nsp, nsp, role))
+    if not _one_value(conn, statement_named("role_may_become"), (name,)):
+        conn.execute(statement_named("role_become").format(role=role))
+    conn.execute(q.compose("tenancy_surface_role_grants", role=role))
     return role
 
 
@@ -254,19 +229,13 @@ def enable(conn: psycopg.Connection[Any], schema: str = "ragpg") -> list[str]:
     owner of ragpg's objects with CREATEROLE (or a superuser)."""
     with conn.transaction():
         _require_schema(conn, schema)
-        nsp = sql.Identifier(schema)
+        q = Queries(schema)
         _hand_surface(conn, schema, _surface_owner(conn, schema))
         held = []
         for table in _tables(conn, schema):
-            target = sql.SQL("{}.{}").format(nsp, sql.Identifier(table.name))
-            rule = sql.SQL("{} = ANY ((SELECT {}.tenant_collections())::text[])").format(
-                sql.Identifier(table.column), nsp)
-            conn.execute(sql.SQL("DROP POLICY IF EXISTS {} ON {}").format(
-                sql.Identifier(POLICY), target))
-            conn.execute(sql.SQL("CREATE POLICY {} ON {} USING ({}) WITH CHECK ({})").format(
-                sql.Identifier(POLICY), target, rule, rule))
-            conn.execute(sql.SQL("ALTER TABLE {} ENABLE ROW LEVEL SECURITY").format(target))
-            conn.execute(sql.SQL("ALTER TABLE {} FORCE ROW LEVEL SECURITY").format(target))
+            conn.execute(q.compose("tenancy_hold", policy=sql.Identifier(POLICY),
+                                   table=sql.Identifier(table.name),
+                                   column=sql.Identifier(table.column)))
             held.append(table.name)
     return held
 
@@ -275,23 +244,21 @@ def disable(conn: psycopg.Connection[Any], schema: str = "ragpg") -> list[str]:
     """Remove the tenant policy and row-level security from every table that has them."""
     released = []
     with conn.transaction():
-        owner = _one_value(conn, "SELECT nspowner::regrole::text FROM pg_namespace"
-                                 " WHERE nspname = %s", (schema,))
+        q = Queries(schema)
+        owner = _one_value(conn, statement_named("schema_owner"), (schema,))
         if owner is not None:
             _hand_surface(conn, schema, sql.SQL(owner))  # regrole's text is quoted
         surface = surface_role(schema)
-        if _one_value(conn, "SELECT EXISTS (SELECT FROM pg_roles WHERE rolname = %s)", (surface,)):
-            nsp, role = sql.Identifier(schema), sql.Identifier(surface)
-            conn.execute(sql.SQL("REVOKE ALL ON ALL TABLES IN SCHEMA {} FROM {}").format(nsp, role))
-            conn.execute(sql.SQL("REVOKE ALL ON SCHEMA {} FROM {}").format(nsp, role))
+        if _one_value(conn, statement_named("role_exists"), (surface,)):
+            conn.execute(q.compose("tenancy_surface_role_revoke", role=sql.Identifier(surface)))
         for table in _tables(conn, schema):
-            target = sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(table.name))
+            name = sql.Identifier(table.name)
             if table.has_policy:
-                conn.execute(sql.SQL("DROP POLICY {} ON {}").format(sql.Identifier(POLICY), target))
+                conn.execute(q.compose("tenancy_policy_drop", policy=sql.Identifier(POLICY), table=name))
             if table.forced:
-                conn.execute(sql.SQL("ALTER TABLE {} NO FORCE ROW LEVEL SECURITY").format(target))
+                conn.execute(q.compose("tenancy_unforce", table=name))
             if table.rls:
-                conn.execute(sql.SQL("ALTER TABLE {} DISABLE ROW LEVEL SECURITY").format(target))
+                conn.execute(q.compose("tenancy_rls_off", table=name))
             if table.has_policy or table.rls or table.forced:
                 released.append(table.name)
     return released
@@ -301,19 +268,14 @@ def assign(conn: psycopg.Connection[Any], tenant: str, collections: list[str],
            schema: str = "ragpg", *, remove: bool = False) -> list[str]:
     """Give ``collections`` to ``tenant`` (or take them back); returns its collections."""
     check_tenant(tenant)
-    table = sql.SQL("{}.tenant_collection").format(sql.Identifier(schema))
+    q = Queries(schema)
     with conn.transaction():
         _require_schema(conn, schema)
         for collection in collections:
-            if remove:
-                conn.execute(sql.SQL("DELETE FROM {} WHERE tenant = %s AND collection = %s")
-                             .format(table), (tenant, collection))
-            else:
-                conn.execute(sql.SQL("INSERT INTO {} (tenant, collection) VALUES (%s, %s)"
-                                     " ON CONFLICT DO NOTHING").format(table), (tenant, collection))
+            change = "tenant_collection_remove" if remove else "tenant_collection_add"
+            conn.execute(q(change), (tenant, collection))
         with conn.cursor(row_factory=scalar_row) as cur:
-            return cur.execute(sql.SQL("SELECT collection FROM {} WHERE tenant = %s ORDER BY 1")
-                               .format(table), (tenant,)).fetchall()
+            return cur.execute(q("tenant_collections_of"), (tenant,)).fetchall()
 
 
 def status(conn: psycopg.Connection[Any], schema: str = "ragpg") -> TenancyStatus:
@@ -321,14 +283,12 @@ def status(conn: psycopg.Connection[Any], schema: str = "ragpg") -> TenancyStatu
     with conn.transaction():
         _require_schema(conn, schema)
         tables = _tables(conn, schema)
-        nsp = sql.Identifier(schema)
+        q = Queries(schema)
         tenants: dict[str, list[str]] = {}
         with conn.cursor(row_factory=dict_row) as cur:
-            for row in cur.execute(sql.SQL("SELECT tenant, collection FROM {}.tenant_collection"
-                                           " ORDER BY 1, 2").format(nsp)):
+            for row in cur.execute(q("tenant_collections_all")):
                 tenants.setdefault(row["tenant"], []).append(row["collection"])
-            roles = {row["role"]: row["tenant"] for row in cur.execute(
-                sql.SQL("SELECT role, tenant FROM {}.tenant_role ORDER BY 1").format(nsp))}
+            roles = {row["role"]: row["tenant"] for row in cur.execute(q("tenant_roles_all"))}
     return TenancyStatus(scoped=tuple(t.name for t in tables if t.held),
                          unscoped=tuple(t.name for t in tables if not t.held),
                          tenants=tenants, roles=roles)

@@ -1,0 +1,98 @@
+-- Tenancy: the tenant named in each transaction, the row-level-security policy on every table
+-- with a collection, the role that owns the published surface while tenancy is on, and the
+-- tenants' collections. Loaded by name (rag_pg/store/queries.py); {parts} are composed by
+-- psycopg.sql (identifiers, literals), everything else is a parameter.
+
+-- name: tenant_set
+-- The first statement of a transaction acting for a tenant: transaction-local, and a
+-- utility statement (no snapshot), so SET TRANSACTION ISOLATION LEVEL may follow it.
+SET LOCAL {setting} = {tenant};
+
+-- name: tenancy_tables
+SELECT c.relname AS name, a.attname AS column, c.relrowsecurity AS rls,
+       c.relforcerowsecurity AS forced,
+       EXISTS (SELECT 1 FROM pg_policy p WHERE p.polrelid = c.oid AND p.polname = %(policy)s)
+           AS has_policy
+FROM pg_class c
+JOIN pg_namespace n ON n.oid = c.relnamespace
+JOIN pg_attribute a ON a.attrelid = c.oid AND NOT a.attisdropped
+WHERE n.nspname = %(schema)s AND c.relkind IN ('r', 'p')
+  AND (a.attname = 'collection' OR (c.relname = 'collection' AND a.attname = 'name'))
+  AND c.relname <> ALL (%(unscoped)s)
+ORDER BY c.relname;
+
+-- name: tenancy_installed
+SELECT to_regprocedure(%s);
+
+-- name: tenancy_surface
+-- The views and the SECURITY DEFINER functions of the published surface.
+SELECT 'VIEW' AS kind, format('%%I.%%I', n.nspname, c.relname) AS name
+FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = %(schema)s AND c.relkind IN ('v', 'm')
+UNION ALL
+SELECT 'FUNCTION', p.oid::regprocedure::text
+FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
+WHERE n.nspname = %(schema)s AND p.prosecdef AND p.proname <> 'tenant_collections'
+ORDER BY 1, 2;
+
+-- name: tenancy_surface_owner
+ALTER {kind} {name} OWNER TO {owner};
+
+-- name: role_exists
+SELECT EXISTS (SELECT FROM pg_roles WHERE rolname = %s);
+
+-- name: role_may_become
+SELECT pg_has_role(current_user, %s, 'SET');
+
+-- name: role_become
+GRANT {role} TO CURRENT_USER;
+
+-- name: tenancy_surface_role_create
+CREATE ROLE {role} NOLOGIN NOSUPERUSER NOBYPASSRLS NOINHERIT;
+
+-- name: tenancy_surface_role_grants
+-- SELECT on the tables and nothing else: the policies apply to every read made through
+-- the surface it owns; the tenancy tables are read only through tenant_collections().
+GRANT USAGE, CREATE ON SCHEMA {schema} TO {role};
+GRANT SELECT ON ALL TABLES IN SCHEMA {schema} TO {role};
+REVOKE ALL ON {schema}.tenant_collection, {schema}.tenant_role FROM {role};
+
+-- name: tenancy_surface_role_revoke
+REVOKE ALL ON ALL TABLES IN SCHEMA {schema} FROM {role};
+REVOKE ALL ON SCHEMA {schema} FROM {role};
+
+-- name: tenancy_hold
+-- The tenant policy on one table, forced (its owner too is held by it).
+DROP POLICY IF EXISTS {policy} ON {schema}.{table};
+CREATE POLICY {policy} ON {schema}.{table}
+    USING ({column} = ANY ((SELECT {schema}.tenant_collections())::text[]))
+    WITH CHECK ({column} = ANY ((SELECT {schema}.tenant_collections())::text[]));
+ALTER TABLE {schema}.{table} ENABLE ROW LEVEL SECURITY;
+ALTER TABLE {schema}.{table} FORCE ROW LEVEL SECURITY;
+
+-- name: tenancy_policy_drop
+DROP POLICY {policy} ON {schema}.{table};
+
+-- name: tenancy_unforce
+ALTER TABLE {schema}.{table} NO FORCE ROW LEVEL SECURITY;
+
+-- name: tenancy_rls_off
+ALTER TABLE {schema}.{table} DISABLE ROW LEVEL SECURITY;
+
+-- name: schema_owner
+SELECT nspowner::regrole::text FROM pg_namespace WHERE nspname = %s;
+
+-- name: tenant_collection_remove
+DELETE FROM {schema}.tenant_collection WHERE tenant = %s AND collection = %s;
+
+-- name: tenant_collection_add
+INSERT INTO {schema}.tenant_collection (tenant, collection) VALUES (%s, %s) ON CONFLICT DO NOTHING;
+
+-- name: tenant_collections_of
+SELECT collection FROM {schema}.tenant_collection WHERE tenant = %s ORDER BY 1;
+
+-- name: tenant_collections_all
+SELECT tenant, collection FROM {schema}.tenant_collection ORDER BY 1, 2;
+
+-- name: tenant_roles_all
+SELECT role, tenant FROM {schema}.tenant_role ORDER BY 1;
