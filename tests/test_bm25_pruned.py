@@ -198,7 +198,7 @@ def rows_of(plan: Any, cte: str) -> int | None:
 def explained(conn: psycopg.Connection[Any], searcher: Searcher, plan: SearchPlan) -> Any:
     """The executed plan tree of the search statement (EXPLAIN ANALYZE, JSON)."""
     with conn.transaction():
-        conn.execute(searcher.q("search_settings"), searcher.settings(plan))
+        searcher.apply_settings(conn, plan)
         explain = value(conn, b"EXPLAIN (ANALYZE, FORMAT JSON) "
                                + searcher.statement(plan).as_bytes(conn), searcher.params(plan))
     assert explain is not None

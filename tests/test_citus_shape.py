@@ -122,8 +122,11 @@ def runtime_statements() -> dict[str, str]:
     """Every named statement and fragment of rag_pg/sql, every golden search statement, and
     every string of the package's Python code that names a table of the schema."""
     # A fragment's {doc_filter} always starts with the collection filter (search.doc_filter).
+    # A chunk scan's {chunk_collection} names the collection (by equality on a cluster).
     collection_filter = _raw()["search_filter_collection"].strip()
+    chunk_collection = _raw()["search_chunk_collection_routed"].strip()
     out = {f"sql {name}": body.replace("{doc_filter}", collection_filter)
+           .replace("{chunk_collection}", chunk_collection)
            for name, body in _raw().items()}
     out.update({f"golden {p.stem}": p.read_text() for p in sorted(GOLDEN.glob("*.sql"))})
     for path in sorted(PACKAGE.rglob("*.py")):

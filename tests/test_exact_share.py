@@ -76,7 +76,7 @@ def rows_of(node: dict[str, Any], cte: str) -> int:
 def branch(conn: psycopg.Connection[Any], p: SearchPlan) -> str:
     searcher = Searcher("ragpg")
     with conn.transaction():
-        conn.execute(searcher.q("search_settings"), searcher.settings(p))
+        searcher.apply_settings(conn, p)
         tree = value(conn, sql.SQL("EXPLAIN (ANALYZE, FORMAT JSON) ") + searcher.statement(p),
                      searcher.params(p))[0]["Plan"]
     exact, ann = rows_of(tree, "vec_exact"), rows_of(tree, "vec_ann")

@@ -51,6 +51,8 @@ SHAPES: dict[str, dict[str, Any]] = {
     "hybrid_filtered": {"mode": "hybrid", **FILTERS},
     "hybrid_expand_parent": {"mode": "hybrid", "neighbours": 1, "expand": "parent"},
     "hybrid_expand_children": {"mode": "hybrid", "expand": "children", "level": 1},
+    # on a Citus coordinator: every chunk scan names the collection by equality (routed)
+    "keyword_routed": {"mode": "keyword", "routed": True},
 }
 
 
@@ -63,7 +65,7 @@ def statements() -> dict[str, str]:
     out = {shape: render(searcher.statement(SearchPlan(**{**BASE, **fields})))
            for shape, fields in SHAPES.items()}
     out["collection_info"] = render(searcher.collection_statement())
-    out["settings"] = render(searcher.q("search_settings"))
+    out["settings"] = "".join(render(s) for s in searcher.settings_statements(SearchPlan(**BASE, mode="hybrid")))
     return out
 
 

@@ -17,7 +17,8 @@ STARTERS = frozenset({"run_cli", "private_server", "Popen", "check_output", "exe
 # Modules every test of which starts processes (their fixtures do, in shared helpers).
 PROCESS_MODULES = ("reliability/", "test_crash.py", "test_packaging.py", "test_db_cli.py",
                    "test_db_deadline.py", "test_embed_server_cli.py", "test_replica.py",
-                   "test_embedded.py", "test_example_django.py", "test_example_flask.py")
+                   "test_embedded.py", "test_example_django.py", "test_example_flask.py",
+                   "test_citus.py")
 
 
 def _called_names(node: ast.AST) -> set[str]:

@@ -306,10 +306,16 @@ class DatabaseSettings:
     # Seconds one database call may wait for the server before ragpg cancels it and closes the
     # connection: a frozen server ends the command instead of hanging it (0: no limit).
     call_timeout: float = 300.0
+    # How `ragpg init` spreads the index over a Citus cluster (rag_pg.store.distribution):
+    # "collection" (each collection on one worker). Unset: "collection" where the database has
+    # the citus extension, nothing elsewhere; set on a database without Citus: an error.
+    distribution: str | None = None
 
     def __post_init__(self) -> None:
         check_identifier(self.schema, "database.schema")
         _require([
+            (self.distribution not in (None, "collection"),
+             f"database.distribution must be collection (got {self.distribution!r})"),
             (self.pool_size < 1, f"database.pool_size must be >= 1 (got {self.pool_size})"),
             (self.connect_timeout <= 0,
              f"database.connect_timeout must be > 0 (got {self.connect_timeout:g})"),

@@ -56,6 +56,15 @@ def qualified(schema: str, name: str) -> str:
     return sql.SQL("{}.{}").format(sql.Identifier(schema), sql.Identifier(name)).as_string(driver())
 
 
+def has_term_stat_triggers(schema: str) -> bool:
+    """Whether the statement triggers that keep the term statistics are on ``chunk`` (a
+    schema distributed over Citus has none: the writer keeps them there)."""
+    found = driver().execute(
+        "SELECT EXISTS (SELECT FROM pg_trigger WHERE tgrelid = %s::regclass"
+        " AND tgname = 'term_stat_insert')", (qualified(schema, "chunk"),)).fetchone()
+    return bool(found and found[0])
+
+
 def prepare_schema(bind: SAConnection, schema: str) -> None:
     """Wait for any other migration of this database, then make sure the schema exists."""
     conn = driver(bind)

@@ -91,6 +91,9 @@ class SearchPlan:
     #: postings the pruned keyword leg scores first; None: SEED_POSTINGS_PER_CANDIDATE per
     #: candidate slot (any value gives the same list: it only moves the work)
     keyword_seed: int | None = None
+    #: the schema is distributed over a Citus cluster: every scan names the collection by an
+    #: equality the coordinator routes by (``search_chunk_collection_routed``)
+    routed: bool = False
 
 
 def normalise_prefix(prefix: str | None) -> str | None:

@@ -37,7 +37,7 @@ from rag_pg.search.query_vectors import QueryVectors
 from rag_pg.search.question import keyword_text
 from rag_pg.search.rerank import Reranker
 from rag_pg.search.statement import Searcher
-from rag_pg.store import records, tenancy
+from rag_pg.store import distribution, records, tenancy
 from rag_pg.store.boundary import database_errors
 from rag_pg.store.db import ConnectionSource, prepare, read_snapshot
 from rag_pg.store.vector_index import vector_kind
@@ -65,6 +65,7 @@ class SearchRunner:
         self.reads = reads
         self.provider = provider  # built on first use: a keyword search needs none
         self.searcher = Searcher(settings.database.schema)
+        self._routed: bool | None = None  # the schema is distributed over Citus (read once)
 
     def search(self, query: str, k: int | None, *, mode: Mode | None, collection: str | None,
                rerank: bool | None, options: SearchOptions) -> list[Hit]:
@@ -113,6 +114,9 @@ class SearchRunner:
                 prepare(conn)  # pgvector's types, unless this connection has them already
             except ExtensionUnavailable:  # a database ragpg init never ran on
                 raise SchemaMissing.not_initialised(self.settings.database.schema) from None
+            if self._routed is None:
+                with conn.transaction():
+                    self._routed = distribution.distributed(conn, self.settings.database.schema)
             plan = self._plan(query, k, wanted, collection, expected, use_rerank, options, vectors)
             if plan is None:
                 self.require_collection(conn, collection)
@@ -192,6 +196,7 @@ class SearchRunner:
             bm25=BM25Params(r.bm25_k1, r.bm25_b), max_scan_tuples=r.max_scan_tuples,
             iterative_scan=r.iterative_scan,
             keyword_exhaustive=info.term_stat_pending and mode != "vector",
+            routed=bool(self._routed),
         )
         return settle(plan, iterative_scans=info.iterative_scans)
 

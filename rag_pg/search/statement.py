@@ -128,9 +128,12 @@ class Searcher:
             ctes += [self._sql(scope, **parts), self._sql(leg, **parts)]
         if plan.mode in ("hybrid", "keyword"):
             whole = self.whole_collection(plan)
+            chunk_collection = ("search_chunk_collection_routed" if plan.routed
+                                else "search_chunk_collection")
             parts = {"keep": sql.SQL("true") if whole else sql.SQL("({})").format(where),
                      "keep_join": sql.SQL("") if whole else self._sql("search_keyword_keep_join"),
-                     "doc_filter": where, **literals}
+                     "doc_filter": where, "chunk_collection": self._sql(chunk_collection),
+                     **literals}
             if plan.keyword_exhaustive:
                 ctes.append(self._sql("search_keyword_leg", **parts))
             else:
@@ -177,18 +180,29 @@ class Searcher:
         return params
 
     def settings(self, plan: SearchPlan) -> dict[str, str]:
-        """The transaction's settings for this search (``search_settings``, SET LOCAL)."""
+        """The transaction's settings for this search (``search_setting``: SET LOCAL), in order."""
         ef = min(MAX_EF_SEARCH, max(plan.ef_search, self.counts(plan)["vec_fetch"]))
-        return {"ef_search": str(ef), "iterative_scan": plan.iterative_scan,
-                "max_scan_tuples": str(plan.max_scan_tuples),
-                "enable_seqscan": "off" if plan.mode in ("hybrid", "keyword") else "on"}
+        return {"citus.propagate_set_commands": "local", "hnsw.ef_search": str(ef),
+                "hnsw.iterative_scan": plan.iterative_scan,
+                "hnsw.max_scan_tuples": str(plan.max_scan_tuples),
+                "enable_seqscan": "off" if plan.mode in ("hybrid", "keyword") else "on",
+                "max_parallel_workers_per_gather": "0"}
+
+    def settings_statements(self, plan: SearchPlan) -> list[sql.Composed]:
+        return [self.q.compose("search_setting", setting=sql.SQL(name), value=sql.Literal(value))
+                for name, value in self.settings(plan).items()]
+
+    def apply_settings(self, conn: psycopg.Connection[Any], plan: SearchPlan) -> None:
+        """Set the search's settings in the caller's transaction (they end with it)."""
+        for setting in self.settings_statements(plan):
+            conn.execute(setting)
 
     # -- run ------------------------------------------------------------------------------
 
     def execute(self, conn: psycopg.Connection[Any], plan: SearchPlan) -> psycopg.Cursor[Candidate]:
         """Send the settings and the statement in the caller's transaction (they only take
         effect inside one); in pipeline mode the rows are read with the transaction's end."""
-        conn.execute(self.q("search_settings"), self.settings(plan))
+        self.apply_settings(conn, plan)
         cur = conn.cursor(row_factory=class_row(Candidate))
         cur.execute(self.statement(plan), self.params(plan))
         return cur

@@ -8,7 +8,7 @@ a model switch are ``rag_pg.admin.reembed_store``'s.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +20,7 @@ from rag_pg.config import IndexSettings
 from rag_pg.errors import DimensionMismatch, StoreError
 from rag_pg.models import Chunk, Document
 from rag_pg.source import markdown as markdown_parser
-from rag_pg.store import retry, tenancy
+from rag_pg.store import distribution, retry, tenancy
 from rag_pg.store.boundary import translated
 from rag_pg.store.queries import Queries
 from rag_pg.store.runs import RunLog
@@ -82,6 +82,7 @@ class Store(VectorIndexes, RunLog, TermStatistics):
         self.index = index or IndexSettings()
         # A foreign writer's deadlock or lock wait on the same rows is replayed, not reported.
         self.retry = retry.DEFAULT
+        self._distributed: bool | None = None
 
     # -- reads -------------------------------------------------------------------------
 
@@ -142,6 +143,27 @@ class Store(VectorIndexes, RunLog, TermStatistics):
         except psycopg.Error:
             pass
 
+    def distributed(self, conn: psycopg.Connection[Any]) -> bool:
+        """Whether the schema is distributed over a Citus cluster (rag_pg.store.distribution),
+        read once. There the writer keeps the term statistics (no trigger on ``chunk`` does)
+        and writes chunks by INSERT: Citus copies rows to the shards in binary, where a
+        ``regconfig`` is the coordinator's object id, which means nothing on a worker."""
+        if self._distributed is None:
+            self._distributed = distribution.distributed(conn, self.schema)
+        return self._distributed
+
+    def forget_layout(self) -> None:
+        """Read the layout again (after ``ragpg init`` distributed the schema)."""
+        self._distributed = None
+
+    def _follow_statistics(self, cur: psycopg.Cursor[Any], direction: str, collection: str,
+                           ids: list[int]) -> None:
+        """Subtract (before a delete) or add (after a write) the documents' chunks to the term
+        statistics, where the writer keeps them."""
+        params = {"collection": collection, "ids": ids}
+        cur.execute(self.q(f"term_stats_{direction}_documents"), params)
+        cur.execute(self.q(f"chunk_stats_{direction}_documents"), params)
+
     # -- writes ------------------------------------------------------------------------
 
     @translated
@@ -173,8 +195,11 @@ class Store(VectorIndexes, RunLog, TermStatistics):
         prepared: Sequence[PreparedDocument],
         model: str | None,
     ) -> int:
+        distributed = self.distributed(conn)
         with conn.transaction(), conn.cursor(row_factory=scalar_row) as cur:
             ids = self._upsert_documents(cur, collection, prepared)
+            if distributed:
+                self._follow_statistics(cur, "subtract", collection, ids)
             cur.execute(self.q("chunks_delete_for_documents"), {"collection": collection, "ids": ids})
             total = sum(len(p.chunks) for p in prepared)
             if total == 0:
@@ -183,9 +208,14 @@ class Store(VectorIndexes, RunLog, TermStatistics):
             chunk_ids = [int(i) for i in cur.fetchall()]
             # Acting for a tenant, the tables are under row-level security: staged COPY.
             staged = tenancy.active() is not None
-            self._copy_chunks(cur, collection, prepared, ids, chunk_ids, staged=staged)
+            if distributed:
+                self._insert_chunks(cur, collection, prepared, ids, chunk_ids)
+            else:
+                self._copy_chunks(cur, collection, prepared, ids, chunk_ids, staged=staged)
             if model is not None and any(p.vectors is not None for p in prepared):
                 self._copy_vectors(cur, collection, prepared, chunk_ids, model, staged=staged)
+            if distributed:
+                self._follow_statistics(cur, "add", collection, ids)
         return total
 
     def _upsert_documents(self, cur: psycopg.Cursor[Any], collection: str,
@@ -209,6 +239,24 @@ class Store(VectorIndexes, RunLog, TermStatistics):
             cur.nextset()
         return ids
 
+    @staticmethod
+    def _chunk_rows(collection: str, prepared: Sequence[PreparedDocument], ids: list[int],
+                    chunk_ids: list[int], config: Callable[[str], str]) -> Iterator[tuple[Any, ...]]:
+        chunk_id = iter(chunk_ids)
+        for doc_id, p in zip(ids, prepared, strict=True):
+            ts_config = config(p.language)
+            for c in p.chunks:
+                yield (next(chunk_id), doc_id, collection, c.position, c.section, c.anchor,
+                       c.content, c.token_count, c.content_hash, ts_config, c.line_start,
+                       c.line_end)
+
+    def _insert_chunks(self, cur: psycopg.Cursor[Any], collection: str,
+                       prepared: Sequence[PreparedDocument], ids: list[int],
+                       chunk_ids: list[int]) -> None:
+        """The chunks by one pipelined batch of INSERTs (on a cluster: see :meth:`distributed`)."""
+        cur.executemany(self.q("chunk_insert"),
+                        list(self._chunk_rows(collection, prepared, ids, chunk_ids, self.q.config)))
+
     def _copy_chunks(self, cur: psycopg.Cursor[Any], collection: str,
                      prepared: Sequence[PreparedDocument], ids: list[int], chunk_ids: list[int],
                      *, staged: bool) -> None:
@@ -216,13 +264,8 @@ class Store(VectorIndexes, RunLog, TermStatistics):
         if staged:
             cur.execute(self.q("chunk_stage_create"))
         with cur.copy(self.q(f"chunk{stage}_copy")) as copy:
-            chunk_id = iter(chunk_ids)
-            for doc_id, p in zip(ids, prepared, strict=True):
-                config = self.q.config(p.language)
-                for c in p.chunks:
-                    copy.write_row((next(chunk_id), doc_id, collection, c.position, c.section,
-                                    c.anchor, c.content, c.token_count, c.content_hash, config,
-                                    c.line_start, c.line_end))
+            for row in self._chunk_rows(collection, prepared, ids, chunk_ids, self.q.config):
+                copy.write_row(row)
         if staged:
             cur.execute(self.q("chunk_stage_insert"))
             cur.execute(self.q("chunk_stage_clear"))
@@ -254,8 +297,14 @@ class Store(VectorIndexes, RunLog, TermStatistics):
         if not paths:
             return 0, 0
 
+        distributed = self.distributed(conn)
+
         def delete() -> list[dict[str, Any]]:
             with conn.transaction(), conn.cursor(row_factory=dict_row) as cur:
+                if distributed:
+                    found = cur.execute(self.q("documents_ids_for_paths"),
+                                        {"collection": collection, "paths": list(paths)}).fetchall()
+                    self._follow_statistics(cur, "subtract", collection, [int(r["id"]) for r in found])
                 return cur.execute(
                     self.q("documents_prune"), {"collection": collection, "paths": list(paths)}
                 ).fetchall()

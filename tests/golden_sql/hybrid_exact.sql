@@ -118,7 +118,7 @@ kw_small_match AS MATERIALIZED (
     FROM "ragpg".document d
     CROSS JOIN LATERAL (SELECT w.id, w.document_id, w.ts_config, w.token_count, w.tsv
                         FROM "ragpg".chunk w
-                        WHERE w.document_id = d.id AND w.collection = d.collection
+                        WHERE w.document_id = d.id AND w.collection = %(collection)s
                         OFFSET 0) c
     CROSS JOIN LATERAL unnest(ts_filter(setweight(c.tsv, 'A', (SELECT lexemes FROM kw_query)),
                                         ARRAY['a']::"char"[])) AS u

@@ -1,8 +1,8 @@
 WITH vec_scope AS (SELECT coalesce((SELECT CASE WHEN g.term_stat_pending
                       THEN (SELECT sum(d.chunk_count) FROM "ragpg".document d
-                            WHERE d.collection = g.name)
+                            WHERE d.collection = %(collection)s)
                       ELSE (SELECT sum(s.chunks) FROM "ragpg".chunk_stat s
-                            WHERE s.collection = g.name) END
+                            WHERE s.collection = %(collection)s) END
           FROM "ragpg".collection g WHERE g.name = %(collection)s), 0)::float8 <= 5000 AS exact),
 vec_ann AS MATERIALIZED (
     SELECT cv.chunk_id, (cv.embedding::vector(64)) <=> %(qvec)s::vector(64) AS distance
@@ -123,7 +123,7 @@ kw_small_match AS MATERIALIZED (
     FROM "ragpg".document d
     CROSS JOIN LATERAL (SELECT w.id, w.document_id, w.ts_config, w.token_count, w.tsv
                         FROM "ragpg".chunk w
-                        WHERE w.document_id = d.id AND w.collection = d.collection
+                        WHERE w.document_id = d.id AND w.collection = %(collection)s
                         OFFSET 0) c
     CROSS JOIN LATERAL unnest(ts_filter(setweight(c.tsv, 'A', (SELECT lexemes FROM kw_query)),
                                         ARRAY['a']::"char"[])) AS u
@@ -174,7 +174,7 @@ SELECT c.id AS chunk_id, cand.vector_rank, cand.distance, cand.keyword_rank, can
        (SELECT jsonb_agg(jsonb_build_object('position', w.position, 'section', w.section,
                                      'anchor', w.anchor, 'content', w.content) ORDER BY w.position)
  FROM "ragpg".chunk w
- WHERE w.document_id = c.document_id AND w.collection = c.collection
+ WHERE w.document_id = c.document_id AND w.collection = %(collection)s
    AND w.position BETWEEN c.position - %(neighbours)s AND c.position + %(neighbours)s) AS window_chunks, CASE WHEN row_number() OVER (PARTITION BY d.id ORDER BY c.id) = 1 THEN (
     SELECT jsonb_build_object(
         'path', p.path, 'title', p.title,
@@ -183,9 +183,9 @@ SELECT c.id AS chunk_id, cand.vector_rank, cand.distance, cand.keyword_rank, can
                                                 'anchor', pc.anchor, 'content', pc.content)
                              ORDER BY pc.position)
             FROM "ragpg".chunk pc
-            WHERE pc.document_id = p.id AND pc.collection = p.collection), '[]'::jsonb))
+            WHERE pc.document_id = p.id AND pc.collection = %(collection)s), '[]'::jsonb))
     FROM "ragpg".document p
-    WHERE p.collection = d.collection
+    WHERE p.collection = %(collection)s
       AND p.path = ltrim(regexp_replace(d.parent_path, '^(\./)+', ''), '/')
 ) END AS expanded, ARRAY(SELECT p.q::text FROM phrases p
       WHERE CASE WHEN p.config = c.ts_config THEN c.tsv @@ p.q ELSE false END ORDER BY 1)

@@ -2,9 +2,9 @@ WITH vec_scope AS (
     SELECT coalesce(sum(s.chunk_count), 0)
                <= greatest(5000, floor(%(exact_share)s * coalesce((SELECT CASE WHEN g.term_stat_pending
                       THEN (SELECT sum(d.chunk_count) FROM "ragpg".document d
-                            WHERE d.collection = g.name)
+                            WHERE d.collection = %(collection)s)
                       ELSE (SELECT sum(s.chunks) FROM "ragpg".chunk_stat s
-                            WHERE s.collection = g.name) END
+                            WHERE s.collection = %(collection)s) END
           FROM "ragpg".collection g WHERE g.name = %(collection)s), 0)::float8))
            AND count(*) <= 5000
            AS exact
@@ -207,7 +207,7 @@ kw_small_match AS MATERIALIZED (
     FROM "ragpg".document d
     CROSS JOIN LATERAL (SELECT w.id, w.document_id, w.ts_config, w.token_count, w.tsv
                         FROM "ragpg".chunk w
-                        WHERE w.document_id = d.id AND w.collection = d.collection
+                        WHERE w.document_id = d.id AND w.collection = %(collection)s
                         OFFSET 0) c
     CROSS JOIN LATERAL unnest(ts_filter(setweight(c.tsv, 'A', (SELECT lexemes FROM kw_query)),
                                         ARRAY['a']::"char"[])) AS u

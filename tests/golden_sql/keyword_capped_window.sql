@@ -92,7 +92,7 @@ kw_small_match AS MATERIALIZED (
     FROM "ragpg".document d
     CROSS JOIN LATERAL (SELECT w.id, w.document_id, w.ts_config, w.token_count, w.tsv
                         FROM "ragpg".chunk w
-                        WHERE w.document_id = d.id AND w.collection = d.collection
+                        WHERE w.document_id = d.id AND w.collection = %(collection)s
                         OFFSET 0) c
     CROSS JOIN LATERAL unnest(ts_filter(setweight(c.tsv, 'A', (SELECT lexemes FROM kw_query)),
                                         ARRAY['a']::"char"[])) AS u
@@ -136,7 +136,7 @@ SELECT c.id AS chunk_id, cand.vector_rank, cand.distance, cand.keyword_rank, can
        (SELECT jsonb_agg(jsonb_build_object('position', w.position, 'section', w.section,
                                      'anchor', w.anchor, 'content', w.content) ORDER BY w.position)
  FROM "ragpg".chunk w
- WHERE w.document_id = c.document_id AND w.collection = c.collection
+ WHERE w.document_id = c.document_id AND w.collection = %(collection)s
    AND w.position BETWEEN c.position - %(neighbours)s AND c.position + %(neighbours)s) AS window_chunks, NULL::jsonb AS expanded, NULL::text[] AS phrases_held, NULL::integer AS phrases_asked
 FROM (SELECT k.chunk_id, NULL::bigint AS vector_rank, NULL::float8 AS distance,
        k.rank AS keyword_rank, k.score AS keyword_score

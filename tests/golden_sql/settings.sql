@@ -1,5 +1,6 @@
-SELECT set_config('hnsw.ef_search', %(ef_search)s, true),
-       set_config('hnsw.iterative_scan', %(iterative_scan)s, true),
-       set_config('hnsw.max_scan_tuples', %(max_scan_tuples)s, true),
-       set_config('enable_seqscan', %(enable_seqscan)s, true),
-       set_config('max_parallel_workers_per_gather', '0', true)
+SET LOCAL citus.propagate_set_commands = 'local'
+SET LOCAL hnsw.ef_search = '200'
+SET LOCAL hnsw.iterative_scan = 'relaxed_order'
+SET LOCAL hnsw.max_scan_tuples = '50000'
+SET LOCAL enable_seqscan = 'off'
+SET LOCAL max_parallel_workers_per_gather = '0'

@@ -1,8 +1,8 @@
 WITH vec_scope AS (SELECT coalesce((SELECT CASE WHEN g.term_stat_pending
                       THEN (SELECT sum(d.chunk_count) FROM "ragpg".document d
-                            WHERE d.collection = g.name)
+                            WHERE d.collection = %(collection)s)
                       ELSE (SELECT sum(s.chunks) FROM "ragpg".chunk_stat s
-                            WHERE s.collection = g.name) END
+                            WHERE s.collection = %(collection)s) END
           FROM "ragpg".collection g WHERE g.name = %(collection)s), 0)::float8 <= 5000 AS exact),
 vec_ann AS MATERIALIZED (
     SELECT cv.chunk_id, c.document_id,

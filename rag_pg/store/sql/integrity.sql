@@ -48,13 +48,16 @@ WHERE vector_norm(v.embedding) = 0 GROUP BY d.path;
 
 -- name: check_foreign_vector
 -- Other models' vectors are legitimate only around a re-embed (its source and target).
+-- The runs are read in a CTE: on a Citus cluster they stay on the coordinator (a local table,
+-- which Citus joins to the shards only from a subquery it runs first); one server inlines it.
 -- a vector of a model that the collection neither uses nor re-embeds to
+WITH runs AS (SELECT r.collection, r.source_model, r.target_model FROM {schema}.reembed_run r)
 SELECT d.path AS subject, count(*) || ' vectors of ' || min(v.model) AS detail
 FROM {schema}.chunk_vector v JOIN {schema}.chunk c ON c.id = v.chunk_id AND c.collection = v.collection
 JOIN {schema}.document d ON d.id = c.document_id AND d.collection = c.collection
 JOIN {schema}.collection col ON col.name = d.collection
 WHERE v.model IS DISTINCT FROM col.model
-AND NOT EXISTS (SELECT 1 FROM {schema}.reembed_run r WHERE r.collection = d.collection
+AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.collection = d.collection
 AND v.model IN (r.source_model, r.target_model))
 GROUP BY d.path;
 

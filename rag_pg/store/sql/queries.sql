@@ -11,10 +11,10 @@ WHERE collection = %(collection)s;
 SELECT name, model, dimension FROM {schema}.collection WHERE name = %(collection)s;
 
 -- name: collection_upsert
-INSERT INTO {schema}.collection (name, model, dimension)
-VALUES (%(collection)s, %(model)s, %(dimension)s)
+INSERT INTO {schema}.collection (name, model, dimension, updated_at)
+VALUES (%(collection)s, %(model)s, %(dimension)s, now())
 ON CONFLICT (name) DO UPDATE
-SET model = EXCLUDED.model, dimension = EXCLUDED.dimension, updated_at = now();
+SET model = EXCLUDED.model, dimension = EXCLUDED.dimension, updated_at = EXCLUDED.updated_at;
 
 -- name: document_upsert
 INSERT INTO {schema}.document AS d
@@ -30,7 +30,7 @@ ON CONFLICT (collection, path) DO UPDATE SET
     level = EXCLUDED.level, node_type = EXCLUDED.node_type, embed = EXCLUDED.embed,
     language = EXCLUDED.language, fingerprint = EXCLUDED.fingerprint,
     chunk_count = EXCLUDED.chunk_count, token_count = EXCLUDED.token_count,
-    source_root = EXCLUDED.source_root, indexed_at = now()
+    source_root = EXCLUDED.source_root, indexed_at = EXCLUDED.indexed_at
 RETURNING id;
 
 -- name: chunks_delete_for_documents
@@ -44,6 +44,12 @@ COPY {schema}.chunk
     (id, document_id, collection, position, section, anchor, content, token_count, content_hash,
      ts_config, line_start, line_end)
 FROM STDIN;
+
+-- name: chunk_insert
+INSERT INTO {schema}.chunk
+    (id, document_id, collection, position, section, anchor, content, token_count, content_hash,
+     ts_config, line_start, line_end)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s::regconfig, %s, %s);
 
 -- name: vector_copy
 COPY {schema}.chunk_vector (chunk_id, collection, model, embedding) FROM STDIN (FORMAT BINARY);
@@ -214,3 +220,67 @@ SELECT name FROM {schema}.collection
 UNION
 SELECT DISTINCT collection FROM {schema}.document
 ORDER BY 1;
+
+-- The statistics kept by the writer, where no trigger keeps them (a Citus cluster: a trigger's
+-- transition tables do not reach the shards, rag_pg/store/distribution.py). The same
+-- arithmetic as the triggers' function (migration 0014), over the chunks of the documents
+-- being replaced: subtracted before they are deleted, added once the new ones are in. A
+-- pending collection is left out, as by the triggers. Every statement names one collection,
+-- so a cluster routes it to the shard that holds it.
+-- name: term_stats_subtract_documents
+MERGE INTO {schema}.term_stat t
+USING (SELECT o.collection, o.ts_config, u.lexeme, count(*) AS df
+       FROM {schema}.chunk o CROSS JOIN LATERAL unnest(o.tsv) AS u
+       WHERE o.collection = %(collection)s AND o.document_id = ANY(%(ids)s)
+         AND NOT (SELECT k.term_stat_pending FROM {schema}.collection k
+                  WHERE k.name = %(collection)s)
+       GROUP BY 1, 2, 3) g
+ON t.collection = %(collection)s AND t.collection = g.collection AND t.ts_config = g.ts_config AND t.lexeme = g.lexeme
+WHEN MATCHED AND t.df <= g.df THEN DELETE
+WHEN MATCHED THEN UPDATE SET df = t.df - g.df;
+
+-- name: chunk_stats_subtract_documents
+MERGE INTO {schema}.chunk_stat t
+USING (SELECT o.collection, o.ts_config, count(*) AS chunks, sum(o.token_count) AS tokens
+       FROM {schema}.chunk o
+       WHERE o.collection = %(collection)s AND o.document_id = ANY(%(ids)s)
+         AND NOT (SELECT k.term_stat_pending FROM {schema}.collection k
+                  WHERE k.name = %(collection)s)
+       GROUP BY 1, 2) g
+ON t.collection = %(collection)s AND t.collection = g.collection AND t.ts_config = g.ts_config
+WHEN MATCHED THEN UPDATE SET chunks = t.chunks - g.chunks, tokens = t.tokens - g.tokens;
+
+-- name: term_stats_add_documents
+MERGE INTO {schema}.term_stat t
+USING (SELECT n.collection, n.ts_config, u.lexeme, count(*) AS df,
+              max(cardinality(u.positions)) AS max_tf, min(n.token_count) AS min_dl
+       FROM {schema}.chunk n CROSS JOIN LATERAL unnest(n.tsv) AS u
+       WHERE n.collection = %(collection)s AND n.document_id = ANY(%(ids)s)
+         AND NOT (SELECT k.term_stat_pending FROM {schema}.collection k
+                  WHERE k.name = %(collection)s)
+       GROUP BY 1, 2, 3) a
+ON t.collection = %(collection)s AND t.collection = a.collection AND t.ts_config = a.ts_config AND t.lexeme = a.lexeme
+WHEN MATCHED THEN UPDATE SET df = t.df + a.df, max_tf = greatest(t.max_tf, a.max_tf),
+                             min_dl = least(t.min_dl, a.min_dl)
+WHEN NOT MATCHED THEN INSERT (collection, ts_config, lexeme, df, max_tf, min_dl)
+    VALUES (a.collection, a.ts_config, a.lexeme, a.df, a.max_tf, a.min_dl);
+
+-- name: chunk_stats_add_documents
+MERGE INTO {schema}.chunk_stat t
+USING (SELECT n.collection, n.ts_config, count(*) AS chunks, sum(n.token_count) AS tokens
+       FROM {schema}.chunk n
+       WHERE n.collection = %(collection)s AND n.document_id = ANY(%(ids)s)
+         AND NOT (SELECT k.term_stat_pending FROM {schema}.collection k
+                  WHERE k.name = %(collection)s)
+       GROUP BY 1, 2) a
+ON t.collection = %(collection)s AND t.collection = a.collection AND t.ts_config = a.ts_config
+WHEN MATCHED THEN UPDATE SET chunks = t.chunks + a.chunks, tokens = t.tokens + a.tokens
+WHEN NOT MATCHED THEN INSERT (collection, ts_config, chunks, tokens)
+    VALUES (a.collection, a.ts_config, a.chunks, a.tokens);
+
+-- name: documents_ids_for_paths
+SELECT id FROM {schema}.document WHERE collection = %(collection)s AND path = ANY(%(paths)s);
+
+-- name: term_stats_by_trigger
+SELECT EXISTS (SELECT FROM pg_catalog.pg_trigger
+               WHERE tgrelid = %(chunk)s::regclass AND tgname = 'term_stat_insert') AS kept;

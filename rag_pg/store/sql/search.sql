@@ -39,9 +39,9 @@ vec_scope AS (SELECT %(exact)s::boolean AS exact)
 -- incomplete: the documents' chunk counts are summed instead.
 coalesce((SELECT CASE WHEN g.term_stat_pending
                       THEN (SELECT sum(d.chunk_count) FROM {schema}.document d
-                            WHERE d.collection = g.name)
+                            WHERE d.collection = %(collection)s)
                       ELSE (SELECT sum(s.chunks) FROM {schema}.chunk_stat s
-                            WHERE s.collection = g.name) END
+                            WHERE s.collection = %(collection)s) END
           FROM {schema}.collection g WHERE g.name = %(collection)s), 0)::float8
 
 -- name: search_vector_leg
@@ -231,7 +231,8 @@ kw AS (
 -- The chunk scans compare the collection with IS NOT DISTINCT FROM (the column is NOT NULL:
 -- the same rows) so that no btree holding the collection can serve them: the GIN index's
 -- cost for a tsquery known only at run time (and its pending list right after a load) once
--- made the planner read every chunk of the collection through the primary key instead.
+-- made the planner read every chunk of the collection through the primary key instead
+-- (search_chunk_collection; on a Citus cluster an equality, which routes the statement).
 kw_terms AS (
     SELECT t.cfg, t.language, u.lexeme, cardinality(u.positions) AS qtf
     FROM unnest(%(ts_configs)s::regconfig[], %(ts_languages)s::text[]) AS t(cfg, language)
@@ -277,7 +278,7 @@ kw_seed_match AS MATERIALIZED (
     {keep_join}
     CROSS JOIN LATERAL unnest(ts_filter(setweight(c.tsv, 'A', (SELECT lexemes FROM kw_query)),
                                         ARRAY['a']::"char"[])) AS u
-    WHERE c.collection IS NOT DISTINCT FROM %(collection)s AND c.tsv @@ (SELECT seed_q FROM kw_query)
+    WHERE {chunk_collection} AND c.tsv @@ (SELECT seed_q FROM kw_query)
       AND NOT (SELECT small FROM kw_scope)
       AND ts_match_vq(c.tsv, (SELECT prefilter FROM kw_query)) AND {keep}
 ),
@@ -314,7 +315,7 @@ kw_rest_match AS MATERIALIZED (
     {keep_join}
     CROSS JOIN LATERAL unnest(ts_filter(setweight(c.tsv, 'A', (SELECT lexemes FROM kw_query)),
                                         ARRAY['a']::"char"[])) AS u
-    WHERE c.collection IS NOT DISTINCT FROM %(collection)s AND c.tsv @@ (SELECT q FROM kw_rest_query)
+    WHERE {chunk_collection} AND c.tsv @@ (SELECT q FROM kw_rest_query)
       AND NOT (SELECT small FROM kw_scope) AND NOT (SELECT by_filter FROM kw_rest_query)
       AND NOT coalesce(ts_match_vq(c.tsv, (SELECT seed_q FROM kw_query)), false)
       AND ts_match_vq(c.tsv, (SELECT prefilter FROM kw_query)) AND {keep}
@@ -325,7 +326,7 @@ kw_small_match AS MATERIALIZED (
     FROM {schema}.document d
     CROSS JOIN LATERAL (SELECT w.id, w.document_id, w.ts_config, w.token_count, w.tsv
                         FROM {schema}.chunk w
-                        WHERE w.document_id = d.id AND w.collection = d.collection
+                        WHERE w.document_id = d.id AND w.collection = %(collection)s
                         OFFSET 0) c
     CROSS JOIN LATERAL unnest(ts_filter(setweight(c.tsv, 'A', (SELECT lexemes FROM kw_query)),
                                         ARRAY['a']::"char"[])) AS u
@@ -449,12 +450,14 @@ FROM kw_ranked k
 (SELECT jsonb_agg(jsonb_build_object('position', w.position, 'section', w.section,
                                      'anchor', w.anchor, 'content', w.content) ORDER BY w.position)
  FROM {schema}.chunk w
- WHERE w.document_id = c.document_id AND w.collection = c.collection
+ WHERE w.document_id = c.document_id AND w.collection = %(collection)s
    AND w.position BETWEEN c.position - %(neighbours)s AND c.position + %(neighbours)s)
 
 -- name: search_expand_parent
 -- The parent node (document.parent_path, a path in the same collection), all its chunks in
--- order; computed once per document (first candidate row of each document).
+-- order; computed once per document (first candidate row of each document). Each subquery
+-- names the collection itself: Citus plans a subquery of the target list on its own, and
+-- routes it to the collection's worker only from its own filter.
 CASE WHEN row_number() OVER (PARTITION BY d.id ORDER BY c.id) = 1 THEN (
     SELECT jsonb_build_object(
         'path', p.path, 'title', p.title,
@@ -463,9 +466,9 @@ CASE WHEN row_number() OVER (PARTITION BY d.id ORDER BY c.id) = 1 THEN (
                                                 'anchor', pc.anchor, 'content', pc.content)
                              ORDER BY pc.position)
             FROM {schema}.chunk pc
-            WHERE pc.document_id = p.id AND pc.collection = p.collection), '[]'::jsonb))
+            WHERE pc.document_id = p.id AND pc.collection = %(collection)s), '[]'::jsonb))
     FROM {schema}.document p
-    WHERE p.collection = d.collection
+    WHERE p.collection = %(collection)s
       AND p.path = ltrim(regexp_replace(d.parent_path, '^(\./)+', ''), '/')
 ) END
 
@@ -479,12 +482,20 @@ CASE WHEN row_number() OVER (PARTITION BY d.id ORDER BY c.id) = 1 THEN (
                                                 'anchor', cc.anchor, 'content', cc.content)
                              ORDER BY cc.position)
             FROM {schema}.chunk cc
-            WHERE cc.document_id = ch.id AND cc.collection = ch.collection), '[]'::jsonb))
+            WHERE cc.document_id = ch.id AND cc.collection = %(collection)s), '[]'::jsonb))
         ORDER BY ch.path)
     FROM {schema}.document ch
-    WHERE ch.collection = d.collection
+    WHERE ch.collection = %(collection)s
       AND ch.parent_path IN (d.path, './' || d.path, '/' || d.path)
 ) END
+
+-- name: search_chunk_collection
+c.collection IS NOT DISTINCT FROM %(collection)s
+
+-- name: search_chunk_collection_routed
+-- On a Citus coordinator: the equality by which the statement is routed to the collection's
+-- worker (a scan it cannot prune to one shard sends every CTE through the coordinator).
+c.collection = %(collection)s
 
 -- name: search_filter_collection
 d.collection = %(collection)s
@@ -512,18 +523,17 @@ d.level = %(level)s
 -- name: search_filter_node_type
 d.node_type = %(node_type)s
 
--- name: search_settings
--- Per query (SET LOCAL): the HNSW scan settings, and no sequential scan of chunk for the GIN
--- prefilter: the planner prices `tsv @@ query` like any operator and picks a seq scan that
--- detoasts every tsvector (measured 148 ms vs 3.6 ms for the bitmap scan on 20,650 chunks).
--- No parallel workers: a search statement holds branches that a one-time filter leaves
--- unexecuted (exact search or the index), and on a large collection the planner gives such a
--- branch a Gather whose workers start (~5 ms) even when the filter skips it.
-SELECT set_config('hnsw.ef_search', %(ef_search)s, true),
-       set_config('hnsw.iterative_scan', %(iterative_scan)s, true),
-       set_config('hnsw.max_scan_tuples', %(max_scan_tuples)s, true),
-       set_config('enable_seqscan', %(enable_seqscan)s, true),
-       set_config('max_parallel_workers_per_gather', '0', true)
+-- name: search_setting
+-- One setting of a search, for its transaction only (SET LOCAL). The HNSW scan's; no sequential
+-- scan of chunk for the GIN prefilter: the planner prices `tsv @@ query` like any operator and
+-- picks a seq scan that detoasts every tsvector (measured 148 ms vs 3.6 ms for the bitmap scan
+-- on 20,650 chunks). No parallel workers: a search statement holds branches that a one-time
+-- filter leaves unexecuted (exact search or the index), and on a large collection the planner
+-- gives such a branch a Gather whose workers start (~5 ms) even when the filter skips it.
+-- SET LOCAL, not set_config(): on a Citus coordinator the SET LOCAL commands that follow
+-- citus.propagate_set_commands = 'local' reach the workers that run the statement; a server
+-- without Citus holds that first one as an unused placeholder until the transaction ends.
+SET LOCAL {setting} = {value}
 
 -- name: search_collection
 -- What the search's plan depends on, read in the search's own snapshot beside its statement:

@@ -1,0 +1,141 @@
+WITH kw_scope AS (SELECT false AS small, 0::bigint AS chunks, false AS counted),
+kw_terms AS (
+    SELECT t.cfg, t.language, u.lexeme, cardinality(u.positions) AS qtf
+    FROM unnest(%(ts_configs)s::regconfig[], %(ts_languages)s::text[]) AS t(cfg, language)
+    CROSS JOIN LATERAL unnest(to_tsvector(t.cfg, %(kw_text)s)) AS u
+),
+kw_stats AS (
+    SELECT ts_config AS cfg, chunks::float8 AS n,
+           greatest(tokens::float8 / greatest(chunks, 1), 1) AS avgdl
+    FROM "ragpg".chunk_stat WHERE collection = %(collection)s
+),
+kw_bounds AS MATERIALIZED (
+    SELECT t.cfg, t.language, t.lexeme, t.qtf, ts.df,
+           t.qtf * ln(1 + (s.n - ts.df + 0.5) / (ts.df + 0.5))
+               * ts.max_tf * (%(k1)s + 1)
+               / (ts.max_tf + %(k1)s * (1 - %(b)s + %(b)s * ts.min_dl / s.avgdl)) AS ub
+    FROM kw_terms t
+    JOIN kw_stats s ON s.cfg = t.cfg
+    CROSS JOIN LATERAL (SELECT x.df, x.max_tf, x.min_dl FROM "ragpg".term_stat x
+                        WHERE x.collection = %(collection)s AND x.ts_config = t.cfg
+                          AND x.lexeme = t.lexeme
+                        LIMIT 1) ts
+),
+kw_plan AS MATERIALIZED (
+    SELECT b.lexeme, b.ub, b.df,
+           coalesce(sum(b.df) OVER (ORDER BY b.ub DESC, b.cfg, b.lexeme
+                                    ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)
+               < 40 AS seed,
+           sum(b.ub) OVER (ORDER BY b.ub, b.cfg, b.lexeme ROWS UNBOUNDED PRECEDING) AS ub_prefix,
+           '''' || replace(replace(b.lexeme, '\', '\\'), '''', '\''') || '''' AS quoted
+    FROM kw_bounds b
+),
+kw_query AS MATERIALIZED (
+    SELECT (SELECT array_agg(DISTINCT lexeme) FROM kw_bounds) AS lexemes,
+           (SELECT string_agg(quoted, ' | ')::tsquery FROM kw_plan WHERE seed) AS seed_q,
+           websearch_to_tsquery((%(ts_configs)s::regconfig[])[1], %(kwq)s)
+           || websearch_to_tsquery((%(ts_configs)s::regconfig[])[2], %(kwq)s)
+           || websearch_to_tsquery((%(ts_configs)s::regconfig[])[3], %(kwq)s) AS prefilter
+),
+kw_seed_match AS MATERIALIZED (
+    SELECT c.id AS chunk_id, c.document_id, c.ts_config, c.token_count AS dl, u.lexeme,
+           cardinality(u.positions) AS tf
+    FROM "ragpg".chunk c
+    
+    CROSS JOIN LATERAL unnest(ts_filter(setweight(c.tsv, 'A', (SELECT lexemes FROM kw_query)),
+                                        ARRAY['a']::"char"[])) AS u
+    WHERE c.collection = %(collection)s AND c.tsv @@ (SELECT seed_q FROM kw_query)
+      AND NOT (SELECT small FROM kw_scope)
+      AND ts_match_vq(c.tsv, (SELECT prefilter FROM kw_query)) AND true
+),
+kw_seed AS MATERIALIZED (
+    SELECT m.chunk_id, min(m.document_id) AS document_id,
+           sum(t.qtf * ln(1 + (s.n - t.df + 0.5) / (t.df + 0.5))
+               * m.tf * (%(k1)s + 1)
+               / (m.tf + %(k1)s * (1 - %(b)s + %(b)s * m.dl / s.avgdl)) ORDER BY m.lexeme) AS score
+    FROM kw_seed_match m
+    JOIN kw_bounds t ON t.cfg = m.ts_config AND t.lexeme = m.lexeme
+    JOIN kw_stats s ON s.cfg = t.cfg
+    GROUP BY m.chunk_id
+),
+kw_theta AS MATERIALIZED (
+    SELECT coalesce((SELECT r.score
+                     FROM (SELECT score, row_number() OVER (PARTITION BY document_id
+                                                             ORDER BY score DESC, chunk_id) AS doc_rank
+                           FROM kw_seed) r
+                     WHERE r.doc_rank <= 40
+                     ORDER BY r.score DESC
+                     OFFSET 40 - 1 LIMIT 1), 0) AS theta
+),
+kw_rest_query AS MATERIALIZED (
+    SELECT string_agg(p.quoted, ' | ')::tsquery AS q,
+           (SELECT counted AND NOT small FROM kw_scope)
+               AND (SELECT chunks FROM kw_scope) < coalesce(sum(p.df), 0) AS by_filter
+    FROM kw_plan p
+    WHERE NOT p.seed AND p.ub_prefix * (1 + 1e-9) >= (SELECT theta FROM kw_theta)
+),
+kw_rest_match AS MATERIALIZED (
+    SELECT c.id AS chunk_id, c.document_id, c.ts_config, c.token_count AS dl, u.lexeme,
+           cardinality(u.positions) AS tf
+    FROM "ragpg".chunk c
+    
+    CROSS JOIN LATERAL unnest(ts_filter(setweight(c.tsv, 'A', (SELECT lexemes FROM kw_query)),
+                                        ARRAY['a']::"char"[])) AS u
+    WHERE c.collection = %(collection)s AND c.tsv @@ (SELECT q FROM kw_rest_query)
+      AND NOT (SELECT small FROM kw_scope) AND NOT (SELECT by_filter FROM kw_rest_query)
+      AND NOT coalesce(ts_match_vq(c.tsv, (SELECT seed_q FROM kw_query)), false)
+      AND ts_match_vq(c.tsv, (SELECT prefilter FROM kw_query)) AND true
+),
+kw_small_match AS MATERIALIZED (
+    SELECT c.id AS chunk_id, c.document_id, c.ts_config, c.token_count AS dl, u.lexeme,
+           cardinality(u.positions) AS tf
+    FROM "ragpg".document d
+    CROSS JOIN LATERAL (SELECT w.id, w.document_id, w.ts_config, w.token_count, w.tsv
+                        FROM "ragpg".chunk w
+                        WHERE w.document_id = d.id AND w.collection = %(collection)s
+                        OFFSET 0) c
+    CROSS JOIN LATERAL unnest(ts_filter(setweight(c.tsv, 'A', (SELECT lexemes FROM kw_query)),
+                                        ARRAY['a']::"char"[])) AS u
+    WHERE d.collection = %(collection)s
+      AND ((SELECT small FROM kw_scope) OR (SELECT by_filter FROM kw_rest_query))
+      AND ts_match_vq(c.tsv, (SELECT prefilter FROM kw_query))
+      AND ((SELECT small FROM kw_scope)
+           OR ts_match_vq(c.tsv, (SELECT q FROM kw_rest_query))
+              AND NOT coalesce(ts_match_vq(c.tsv, (SELECT seed_q FROM kw_query)), false))
+),
+kw_rest AS MATERIALIZED (
+    SELECT m.chunk_id, min(m.document_id) AS document_id,
+           sum(t.qtf * ln(1 + (s.n - t.df + 0.5) / (t.df + 0.5))
+               * m.tf * (%(k1)s + 1)
+               / (m.tf + %(k1)s * (1 - %(b)s + %(b)s * m.dl / s.avgdl)) ORDER BY m.lexeme) AS score
+    FROM (SELECT * FROM kw_rest_match UNION ALL SELECT * FROM kw_small_match) m
+    JOIN kw_bounds t ON t.cfg = m.ts_config AND t.lexeme = m.lexeme
+    JOIN kw_stats s ON s.cfg = t.cfg
+    GROUP BY m.chunk_id
+),
+kw AS (
+    SELECT chunk_id, document_id, score
+    FROM (SELECT chunk_id, document_id, score FROM kw_seed
+          UNION ALL
+          SELECT chunk_id, document_id, score FROM kw_rest) scored
+    WHERE score >= (SELECT theta FROM kw_theta)
+),
+kw_ranked AS (
+    SELECT chunk_id, score, rank
+    FROM (SELECT chunk_id, score,
+                 row_number() OVER (PARTITION BY document_id ORDER BY score DESC, chunk_id) AS doc_rank,
+                 row_number() OVER (ORDER BY score DESC, chunk_id) AS rank
+          FROM kw) ranked
+    WHERE doc_rank <= 40
+    ORDER BY rank
+    LIMIT 40
+)
+SELECT c.id AS chunk_id, cand.vector_rank, cand.distance, cand.keyword_rank, cand.keyword_score,
+       c.position, c.section, c.anchor, c.content, c.token_count, c.content_hash,
+       c.line_start, c.line_end, d.id AS document_id, d.path, d.title, d.collection,
+       NULL::jsonb AS window_chunks, NULL::jsonb AS expanded, NULL::text[] AS phrases_held, NULL::integer AS phrases_asked
+FROM (SELECT k.chunk_id, NULL::bigint AS vector_rank, NULL::float8 AS distance,
+       k.rank AS keyword_rank, k.score AS keyword_score
+FROM kw_ranked k) cand
+JOIN "ragpg".chunk c ON c.id = cand.chunk_id AND c.collection = %(collection)s
+JOIN "ragpg".document d ON d.id = c.document_id AND d.collection = c.collection

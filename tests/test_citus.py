@@ -1,0 +1,322 @@
+"""ragpg on a real Citus cluster (a coordinator and two workers on loopback), distributed by
+collection, against one node holding the same tree: same hits, same order, same scores.
+
+Skipped, with one line naming ``make test-citus``, where Citus is not built into the embedded
+PostgreSQL (tests/citus_cluster.py). One cluster serves the module; each test has its own
+schema in it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from rag_pg import RagPG, Settings
+from rag_pg.errors import ConfigError
+from rag_pg.search.plan import SearchPlan
+from rag_pg.search.statement import Searcher
+from rag_pg.store import distribution
+
+from .citus_cluster import SKIP_REASON, Cluster, citus_built, citus_cluster
+from .conftest import run_cli
+from .invariants import violations
+from .rows import records, value
+
+needs_citus = pytest.mark.skipif(not citus_built(), reason=SKIP_REASON)
+_schemas = itertools.count()
+
+WORDS_FR = ("sauvegarde restauration base données index requête serveur réplique journal"
+            " transaction verrou table colonne schéma extension vecteur recherche mot document"
+            " section chapitre renard marmotte printemps hiver montagne rivière").split()
+WORDS_EN = ("backup restore database index query server replica log transaction lock table"
+            " column schema extension vector search word document section chapter fox").split()
+
+
+def write_tree(root: Path, documents: int = 24, seed: int = 7) -> Path:
+    """A deterministic tree of French and English pages with front matter and sections,
+    words drawn Zipf-like so that BM25's statistics have frequent and rare terms."""
+    rng = random.Random(seed)
+
+    def paragraph(words: list[str]) -> str:
+        weights = [1 / (i + 1) for i in range(len(words))]
+        return " ".join(rng.choices(words, weights, k=rng.randint(18, 40))).capitalize() + "."
+
+    for i in range(documents):
+        french = i % 3 != 0
+        words = WORDS_FR if french else WORDS_EN
+        folder = ("guides", "ops", "ref")[i % 3]
+        sections = "\n\n".join(f"## {words[(i + s) % len(words)].capitalize()} {s}\n\n"
+                               + "\n\n".join(paragraph(words) for _ in range(2))
+                               for s in range(3))
+        parent = f"parent_source_file: ./{folder}/index.md\nlevel: 0\n"
+        text = (f"---\ntitle: Page {i}\nlang: {'fr' if french else 'en'}\n{parent}"
+                f"tags: [{folder}]\n---\n# Page {i}\n\n{paragraph(words)}\n\n{sections}\n")
+        path = root / folder / f"page-{i:02d}.md"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    for folder in ("guides", "ops", "ref"):  # the parents: summaries one level up
+        (root / folder / "index.md").write_text(
+            f"---\nlevel: 1\nnode_type: summary\n---\n# {folder.capitalize()}\n\n"
+            f"{paragraph(list(WORDS_FR))}\n", encoding="utf-8")
+    return root
+
+
+QUERIES = ["restaurer une sauvegarde de la base", "backup restore the database",
+           "renard marmotte", "index vecteur recherche", "verrou transaction journal"]
+# Each search shape: the options that make it (filters, caps, windows, expansions, exact).
+OPTIONS: list[dict[str, Any]] = [
+    {},
+    {"path_prefix": "ops/"},
+    {"filters": {"lang": "fr"}},
+    {"max_per_document": 1},
+    {"neighbours": 1},
+    {"expand": "parent"},
+    {"expand": "children", "level": 1},
+]
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Cluster]:
+    if not citus_built():
+        pytest.skip(SKIP_REASON)
+    with citus_cluster(workers=2) as c:
+        yield c
+
+
+def settings(embed_server: Any, schema: str = "ragpg", **overrides: Any) -> Settings:
+    # exact_limit 10: the collections below are searched through the HNSW index, as a large
+    # one is (with ef_search above their size the index still finds every neighbour).
+    return Settings.load(environ={}, overrides={
+        "embedding.url": embed_server.url, "embedding.batch_size": 16, "database.schema": schema,
+        "chunk.size": 80, "chunk.overlap": 10, "retrieval.exact_limit": 10, **overrides})
+
+
+@pytest.fixture
+def schema() -> str:
+    return f"c{next(_schemas)}"
+
+
+def hits(rag: RagPG, query: str, mode: str, **options: Any) -> list[tuple[Any, ...]]:
+    return [(h.path, h.chunk.position, h.chunk.section, h.chunk.anchor, h.chunk.content, h.score,
+             tuple(sorted(h.ranks.items())), tuple(sorted(h.scores.items())))
+            for h in rag.search(query, k=6, mode=mode, **options)]  # type: ignore[arg-type]
+
+
+def same_hits(one: list[tuple[Any, ...]], many: list[tuple[Any, ...]]) -> None:
+    """Same passages in the same order, scores equal to 1e-9."""
+    assert [h[:5] for h in many] == [h[:5] for h in one]
+    for a, b in zip(one, many, strict=True):
+        assert b[5] == pytest.approx(a[5], abs=1e-9)
+        assert b[6] == a[6]
+        assert [k for k, _ in b[7]] == [k for k, _ in a[7]]
+        assert [v for _, v in b[7]] == pytest.approx([v for _, v in a[7]], abs=1e-9)
+
+
+def statistics(url: str, schema: str) -> dict[str, list[dict[str, Any]]]:
+    """The term statistics, the chunks and vectors, canonically ordered (a colocated read:
+    every join equates the collection)."""
+    s = sql.Identifier(schema)
+    with psycopg.connect(url, autocommit=True) as conn:
+        terms = records(conn, sql.SQL(
+            "SELECT collection, ts_config::text AS cfg, lexeme, df, max_tf, min_dl"
+            " FROM {}.term_stat ORDER BY 1, 2, 3").format(s))
+        chunks = records(conn, sql.SQL(
+            "SELECT collection, ts_config::text AS cfg, chunks, tokens FROM {}.chunk_stat"
+            " ORDER BY 1, 2").format(s))
+        content = records(conn, sql.SQL(
+            "SELECT d.collection, d.path, d.content_hash, c.position, md5(c.content) AS content,"
+            " c.ts_config::text AS cfg, md5(v.embedding::text) AS vector"
+            " FROM {s}.document d JOIN {s}.chunk c ON c.document_id = d.id AND c.collection = d.collection"
+            " LEFT JOIN {s}.chunk_vector v ON v.chunk_id = c.id AND v.collection = c.collection"
+            " ORDER BY 1, 2, 4").format(s=s))
+    for row in [*terms, *chunks, *content]:  # the configuration without its schema
+        row["cfg"] = row["cfg"].rsplit(".", 1)[-1]
+    return {"term_stat": terms, "chunk_stat": chunks, "chunks": content}
+
+
+@pytest.fixture
+def pair(cluster: Cluster, schema: str, db_url: str, embed_server: Any,
+         tmp_path: Path) -> Iterator[tuple[RagPG, RagPG, Path]]:
+    """One node and the cluster, each with the same tree ingested."""
+    tree = write_tree(tmp_path / "tree")
+    with RagPG(db_url, settings(embed_server)) as one, \
+            RagPG(cluster.url, settings(embed_server, schema)) as many:
+        many.init()
+        for rag in (one, many):
+            report = rag.ingest(tree)
+            assert report.documents_failed == 0 and report.documents_indexed == 27
+        yield one, many, tree
+
+
+@needs_citus
+def test_init_distributes_the_index_by_collection_and_again_changes_nothing(cluster, schema, embed_server):
+    with RagPG(cluster.url, settings(embed_server, schema)) as rag:
+        rag.init()
+        with psycopg.connect(cluster.url, autocommit=True) as conn:
+            placed = distribution.citus_tables(conn, schema)
+        assert placed == {**{t: "reference" for t in distribution.REFERENCE},
+                          **{t: "by collection" for t in distribution.DISTRIBUTED}}
+        rag.init()  # idempotent: nothing to distribute twice
+        with psycopg.connect(cluster.url, autocommit=True) as conn:
+            assert distribution.citus_tables(conn, schema) == placed
+            # every distributed table in one colocation group: a collection's rows on one worker
+            groups = {row["colocationid"] for row in records(
+                conn, "SELECT colocationid FROM pg_dist_partition"
+                      " WHERE logicalrelid::regclass::text LIKE %s AND partmethod = 'h'",
+                (f"{schema}.%",))}
+            assert len(groups) == 1
+
+
+@needs_citus
+def test_every_search_equals_one_nodes(pair):
+    one, many, _ = pair
+    for query, mode, options in itertools.product(QUERIES, ("vector", "keyword", "hybrid"), OPTIONS):
+        found = hits(one, query, mode, **options)
+        assert found or mode == "keyword", (query, mode, options)
+        same_hits(found, hits(many, query, mode, **options))
+
+
+@needs_citus
+def test_ingest_edit_prune_and_no_change_run_keep_statistics_exact(pair, db_url, cluster, schema):
+    one, many, tree = pair
+    assert statistics(cluster.url, schema) == statistics(db_url, "ragpg")
+    # an edit, a new page and a deleted one, then --prune
+    (tree / "ops" / "page-01.md").write_text("# Page 1\n\nLe renard restaure la sauvegarde.\n",
+                                             encoding="utf-8")
+    (tree / "ops" / "new.md").write_text("# Nouveau\n\nUne marmotte dans le journal.\n", encoding="utf-8")
+    (tree / "guides" / "page-03.md").unlink()
+    for rag in (one, many):
+        report = rag.ingest(tree, prune=True)
+        assert (report.documents_indexed, report.documents_deleted) == (2, 1)
+    assert statistics(cluster.url, schema) == statistics(db_url, "ragpg")
+    for query in QUERIES:
+        same_hits(hits(one, query, "hybrid"), hits(many, query, "hybrid"))
+    before = statistics(cluster.url, schema)
+    report = many.ingest(tree)
+    assert (report.documents_indexed, report.embedding_calls, report.chunks_upserted) == (0, 0, 0)
+    assert statistics(cluster.url, schema) == before
+    assert violations(cluster.url, schema) == []
+
+
+@needs_citus
+def test_a_search_runs_whole_on_the_worker_that_holds_its_collection(pair, cluster, schema):
+    _, many, _ = pair
+    searcher = Searcher(schema)
+    with psycopg.connect(cluster.url) as conn:
+        info = records(conn, sql.SQL("SELECT model, dimension FROM {}.collection WHERE name = 'default'")
+                       .format(sql.Identifier(schema)))[0]
+        for mode, options in itertools.product(("vector", "keyword", "hybrid"), OPTIONS):
+            plan = SearchPlan(collection="default", k=5, mode=mode, query_text="renard sauvegarde",
+                              query_vector=[0.1] * info["dimension"] if mode != "keyword" else None,
+                              model=info["model"] if mode != "keyword" else None,
+                              dimension=info["dimension"] if mode != "keyword" else None,
+                              candidates=20, path_prefix=options.get("path_prefix"),
+                              front_matter=options.get("filters"),
+                              max_per_document=options.get("max_per_document"),
+                              neighbours=options.get("neighbours", 0), expand=options.get("expand"),
+                              level=options.get("level"), routed=True)
+            with conn.transaction():
+                searcher.apply_settings(conn, plan)
+                explain = conn.execute(sql.SQL("EXPLAIN ") + searcher.statement(plan),
+                                       searcher.params(plan)).fetchall()
+            text = "\n".join(line for (line,) in explain)
+            # one task, routed: no subplan whose rows the coordinator would pull and re-send
+            assert text.count("Task Count: 1") == 1 and "Task Count" in text.split("\n")[1], (mode, options)
+            assert "Distributed Subplan" not in text and "Repartition" not in text, (mode, options)
+
+
+@needs_citus
+def test_a_searchs_settings_reach_the_worker_for_that_search_only(pair, cluster, schema):
+    searcher = Searcher(schema)
+    plan = SearchPlan(collection="default", k=5, mode="keyword", query_text="renard", ef_search=321,
+                      max_scan_tuples=12345)
+    on_worker = sql.SQL("SELECT current_setting('hnsw.ef_search', true) AS ef,"
+                        " current_setting('max_parallel_workers_per_gather') AS parallel,"
+                        " current_setting('enable_seqscan') AS seqscan"
+                        " FROM {}.document WHERE collection = 'default' LIMIT 1").format(
+        sql.Identifier(schema))
+    with psycopg.connect(cluster.url) as conn:
+        with conn.transaction():
+            searcher.apply_settings(conn, plan)
+            during = records(conn, on_worker)[0]
+        after = records(conn, on_worker)[0]
+    assert during == {"ef": "321", "parallel": "0", "seqscan": "off"}
+    assert after["ef"] != "321" and after["seqscan"] == "on"
+
+
+@needs_citus
+def test_an_upgrade_by_a_later_init_migrates_the_distributed_tables(cluster, schema, embed_server, tmp_path):
+    from alembic import command
+    from sqlalchemy import create_engine, pool
+
+    from rag_pg.store import migrate
+
+    with psycopg.connect(cluster.url, autocommit=True) as conn:
+        engine = create_engine("postgresql+psycopg://", creator=lambda: conn, poolclass=pool.StaticPool)
+        with engine.begin() as sa:
+            cfg = migrate.alembic_config(schema)
+            cfg.attributes["connection"] = sa
+            command.upgrade(cfg, "0014")
+        distribution.distribute(conn, schema, "collection")
+        assert migrate.current_revision(conn, schema) == "0014"
+    with RagPG(cluster.url, settings(embed_server, schema)) as rag:
+        assert rag.init() == migrate.head_revision(schema)
+        report = rag.ingest(write_tree(tmp_path / "tree", documents=6))
+        assert report.documents_failed == 0 and report.documents_indexed == 9  # and 3 summaries
+        assert rag.search("renard", k=3, mode="hybrid")
+    assert violations(cluster.url, schema) == []
+
+
+@needs_citus
+def test_a_worker_down_ends_a_search_and_an_ingest_in_one_line_and_loses_nothing(
+        pair, cluster, schema, embed_server, tmp_path):
+    one, many, tree = pair
+    before = statistics(cluster.url, schema)
+    with psycopg.connect(cluster.url, autocommit=True) as conn:
+        port = value(conn, sql.SQL(
+            "SELECT nodeport FROM citus_shards WHERE table_name = %s::regclass"
+            " AND shardid = get_shard_id_for_distribution_column(%s, 'default')"),
+            (f"{schema}.document", f"{schema}.document"))
+    holder = next(node for node in cluster.workers if node.port == port)
+    env = {"RAGPG_DATABASE_URL": cluster.url, "RAGPG_DATABASE_SCHEMA": schema,
+           "RAGPG_EMBEDDING_URL": embed_server.url, "RAGPG_DATABASE_CALL_TIMEOUT": "20",
+           "RAGPG_CHUNK_SIZE": "80", "RAGPG_CHUNK_OVERLAP": "10"}
+    (tree / "ops" / "page-04.md").write_text("# Page 4\n\nUn renard tout neuf.\n", encoding="utf-8")
+    cluster.stop(holder)
+    try:
+        searched = run_cli(["search", "renard", "-k", "3"], env=env)
+        ingested = run_cli(["ingest", str(tree)], env=env)
+    finally:
+        cluster.start(holder)
+    for result in (searched, ingested):
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 3, result.stderr
+        assert len(lines) == 1 and "database" in lines[0], result.stderr
+    assert statistics(cluster.url, schema) == before  # nothing half-written
+    report = many.ingest(tree)
+    assert report.documents_failed == 0 and report.documents_indexed == 1
+    one.ingest(tree)
+    for query in QUERIES:
+        same_hits(hits(one, query, "hybrid"), hits(many, query, "hybrid"))
+
+
+def test_a_distribution_on_a_database_without_citus_is_one_line_exit_2(db_url, embed_server):
+    with RagPG(db_url, settings(embed_server, **{"database.distribution": "collection"})) as rag, \
+            pytest.raises(ConfigError, match="needs a Citus coordinator"):
+        rag.init()
+    result = run_cli(["init"], env={"RAGPG_DATABASE_URL": db_url,
+                                    "RAGPG_DATABASE_DISTRIBUTION": "collection"})
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0 and "citus" in result.stderr.lower()
+
+
+def test_an_unknown_distribution_is_refused_by_the_settings():
+    with pytest.raises(ConfigError, match="database.distribution"):
+        Settings.load(environ={"RAGPG_DATABASE_DISTRIBUTION": "document-ish"})
