@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """One node against a Citus cluster (a coordinator and two workers on loopback), same tree.
 
-    citus.py [--documents 400] [--queries 40] [--results bench/results]
+    citus.py [--documents 400] [--queries 40] [--vocabulary 20000] [--results bench/results]
+    citus.py --documents 20000       # ~100,000 chunks: ~5 min of ingest per side on 2 cores
 
 Needs Citus built into the embedded PostgreSQL (``make citus``). Starts the cluster and one
 plain server from the same binaries, ingests the same generated tree (``tests/test_citus.py``'s
@@ -48,12 +49,15 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--documents", type=int, default=400)
     parser.add_argument("--queries", type=int, default=40)
+    parser.add_argument("--vocabulary", type=int, default=20000,
+                        help="made-up words beside the real ones (Zipf-drawn)")
     parser.add_argument("--results", type=Path, default=ROOT / "bench" / "results")
     args = parser.parse_args()
     if not citus_built():
         print("Citus is not built into the embedded PostgreSQL: run `make citus` first")
         return 2
-    tree = write_tree(Path(tempfile.mkdtemp(prefix="ragpg-citus-bench-")) / "tree", args.documents)
+    tree = write_tree(Path(tempfile.mkdtemp(prefix="ragpg-citus-bench-")) / "tree", args.documents,
+                      vocabulary=args.vocabulary)
     asked = questions(args.queries)
     rows = []
     with citus_cluster(workers=2) as cluster, private_server() as one_url, \
@@ -67,10 +71,10 @@ def main() -> int:
                 start = time.perf_counter()
                 report = rag.ingest(tree)
                 loads[name] = (time.perf_counter() - start, report.chunks_upserted)
-            differ = 0
+            differ: dict[str, int] = {}
             for mode in ("vector", "keyword", "hybrid"):
                 times: dict[str, list[float]] = {"one node": [], "cluster": []}
-                for rag, name in ((one, "one node"), (many, "cluster")):
+                for rag in (one, many):
                     for q in asked:  # warm-up: plans, caches, connections
                         timed(rag, q, mode)
                 for q in asked:
@@ -78,13 +82,15 @@ def main() -> int:
                     t2, b = timed(many, q, mode)
                     times["one node"].append(t1)
                     times["cluster"].append(t2)
-                    differ += [x[:2] for x in a] != [x[:2] for x in b]
+                    differ[mode] = differ.get(mode, 0) + ([x[:2] for x in a] != [x[:2] for x in b])
                 p = {n: (statistics.median(t), sorted(t)[int(0.95 * (len(t) - 1))]) for n, t in times.items()}
                 rows.append((mode, p["one node"], p["cluster"]))
     lines = [f"# One node and a 2-worker Citus cluster (by collection), {loads['one node'][1]} chunks",
              "", f"Ingest: one node {loads['one node'][0]:.1f} s, cluster {loads['cluster'][0]:.1f} s"
              f" ({loads['cluster'][1]} chunks); {len(asked)} questions per mode, k = 10;"
-             f" answers differing: {differ}.", "",
+             " answers differing (the vector leg over HNSW is approximate: two builds of the index,"
+             " on two servers or one, need not keep the same neighbours):"
+             f" {', '.join(f'{m} {n}' for m, n in differ.items())}.", "",
              "| mode | one node p50 / p95 (ms) | cluster p50 / p95 (ms) | p50 ratio |", "|---|---:|---:|---:|"]
     for mode, a, b in rows:
         lines.append(f"| {mode} | {a[0]:.1f} / {a[1]:.1f} | {b[0]:.1f} / {b[1]:.1f} | {b[0] / a[0]:.2f} |")
@@ -92,7 +98,7 @@ def main() -> int:
     args.results.mkdir(parents=True, exist_ok=True)
     (args.results / "citus.md").write_text(text, encoding="utf-8")
     print(text)
-    return 0 if differ == 0 else 1
+    return 0 if differ["keyword"] == 0 else 1
 
 
 if __name__ == "__main__":

@@ -53,10 +53,14 @@ class Cluster:
     def url(self) -> str:
         return self.coordinator.url
 
-    def add_worker(self) -> Node:
-        """A new worker, started, with the extensions, added to the coordinator."""
+    def add_worker(self, before_joining: str | None = None) -> Node:
+        """A new worker, started, with the extensions, added to the coordinator (after
+        ``before_joining``, SQL run on the new node alone, when given)."""
         node = _start(self.base, f"worker{len(self.workers) + 1}")
         self.workers.append(node)
+        if before_joining:
+            with psycopg.connect(node.url, autocommit=True) as conn:
+                conn.execute(before_joining)
         with psycopg.connect(self.url, autocommit=True) as conn:
             conn.execute("SELECT citus_add_node('127.0.0.1', %s)", (node.port,))
         return node

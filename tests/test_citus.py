@@ -19,15 +19,21 @@ import pytest
 from psycopg import sql
 
 from rag_pg import RagPG, Settings
-from rag_pg.errors import ConfigError
+from rag_pg.errors import CollectionNotFound, ConfigError
 from rag_pg.search.plan import SearchPlan
 from rag_pg.search.statement import Searcher
 from rag_pg.store import distribution
 
 from .citus_cluster import SKIP_REASON, Cluster, citus_built, citus_cluster
 from .conftest import run_cli
-from .invariants import violations
+from .invariants import violations as single_node_violations
 from .rows import records, value
+
+
+def violations(url: str, schema: str) -> list[str]:
+    """ragpg check's problems (the advisory locks are Citus's own too on a coordinator:
+    its maintenance and rebalancing take some)."""
+    return [v for v in single_node_violations(url, schema) if not v.startswith("I5 ")]
 
 needs_citus = pytest.mark.skipif(not citus_built(), reason=SKIP_REASON)
 _schemas = itertools.count()
@@ -39,10 +45,14 @@ WORDS_EN = ("backup restore database index query server replica log transaction 
             " column schema extension vector search word document section chapter fox").split()
 
 
-def write_tree(root: Path, documents: int = 24, seed: int = 7) -> Path:
+def write_tree(root: Path, documents: int = 24, seed: int = 7, vocabulary: int = 0) -> Path:
     """A deterministic tree of French and English pages with front matter and sections,
-    words drawn Zipf-like so that BM25's statistics have frequent and rare terms."""
+    words drawn Zipf-like so that BM25's statistics have frequent and rare terms
+    (``vocabulary`` more made-up words after the real ones, for a larger corpus)."""
     rng = random.Random(seed)
+    syllables = ["ba", "ko", "ri", "ste", "lu", "mon", "ga", "zu", "pel", "tra", "ve", "dor"]
+    invented = ["".join(syllables[(n // 12 ** k) % 12] for k in range(3)) + str(n // 1728 or "")
+                for n in range(vocabulary)]
 
     def paragraph(words: list[str]) -> str:
         weights = [1 / (i + 1) for i in range(len(words))]
@@ -50,7 +60,7 @@ def write_tree(root: Path, documents: int = 24, seed: int = 7) -> Path:
 
     for i in range(documents):
         french = i % 3 != 0
-        words = WORDS_FR if french else WORDS_EN
+        words = (WORDS_FR if french else WORDS_EN) + invented
         folder = ("guides", "ops", "ref")[i % 3]
         sections = "\n\n".join(f"## {words[(i + s) % len(words)].capitalize()} {s}\n\n"
                                + "\n\n".join(paragraph(words) for _ in range(2))
@@ -62,6 +72,7 @@ def write_tree(root: Path, documents: int = 24, seed: int = 7) -> Path:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
     for folder in ("guides", "ops", "ref"):  # the parents: summaries one level up
+        (root / folder).mkdir(parents=True, exist_ok=True)
         (root / folder / "index.md").write_text(
             f"---\nlevel: 1\nnode_type: summary\n---\n# {folder.capitalize()}\n\n"
             f"{paragraph(list(WORDS_FR))}\n", encoding="utf-8")
@@ -232,6 +243,42 @@ def test_a_search_runs_whole_on_the_worker_that_holds_its_collection(pair, clust
             assert "Distributed Subplan" not in text and "Repartition" not in text, (mode, options)
 
 
+PUSHED_DOWN = {"term_stats_add_documents", "chunk_stats_add_documents", "term_stats_count",
+               "chunk_stats_count"}
+WRITES = {  # the statements of an ingest, with parameters of one collection
+    "document_upsert": None, "chunks_delete_for_documents": {"ids": [1, 2]},
+    "term_stats_drop_documents": {"ids": [1, 2]}, "term_stats_subtract_documents": {"ids": [1, 2]},
+    "chunk_stats_subtract_documents": {"ids": [1, 2]}, "term_stats_add_documents": {"ids": [1, 2]},
+    "chunk_stats_add_documents": {"ids": [1, 2]}, "documents_prune": {"paths": ["a.md"]},
+    "term_stats_drop": {}, "term_stats_count": {}, "chunk_stats_count": {},
+}
+
+
+@needs_citus
+def test_every_write_of_an_ingest_runs_on_the_collections_worker(pair, cluster, schema):
+    """No write goes through the coordinator (Citus's "pull to coordinator" or a subplan
+    would also carry text search configurations between nodes as object ids)."""
+    from rag_pg.store.queries import Queries
+
+    q = Queries(schema)
+    upsert = {"path": "a.md", "title": "A", "content_hash": "h", "front_matter": "{}",
+              "parent_path": None, "level": 0, "node_type": "source", "embed": True,
+              "language": "french", "fingerprint": "f", "chunk_count": 1, "token_count": 1,
+              "source_root": "/"}
+    with psycopg.connect(cluster.url) as conn:
+        for name, params in WRITES.items():
+            cur = psycopg.ClientCursor(conn)
+            explain = cur.execute(sql.SQL("EXPLAIN ") + q(name),
+                                  {"collection": "default", **(params if params is not None else upsert)})
+            text = "\n".join(line for (line,) in explain.fetchall())
+            # an INSERT ... SELECT is pushed down as one task per shard, every other shard's
+            # task filtered out (One-Time Filter: false); anything else is one routed task
+            assert "Task Count: 1" in text or name in PUSHED_DOWN, (name, text)
+            for sign in ("pull to coordinator", "Distributed Subplan", "repartition"):
+                assert sign not in text, (name, text)
+            conn.rollback()
+
+
 @needs_citus
 def test_a_searchs_settings_reach_the_worker_for_that_search_only(pair, cluster, schema):
     searcher = Searcher(schema)
@@ -320,3 +367,118 @@ def test_a_distribution_on_a_database_without_citus_is_one_line_exit_2(db_url, e
 def test_an_unknown_distribution_is_refused_by_the_settings():
     with pytest.raises(ConfigError, match="database.distribution"):
         Settings.load(environ={"RAGPG_DATABASE_DISTRIBUTION": "document-ish"})
+
+
+@needs_citus
+def test_a_worker_added_and_a_rebalance_under_searches_keep_every_answer(db_url, embed_server, tmp_path):
+    """Shards move to a new worker (whose text search configurations have other object ids
+    than the first workers') while searches run: each answer equals one node's, then too."""
+    import threading
+
+    tree = write_tree(tmp_path / "tree", documents=9)
+    names = [f"team{i}" for i in range(6)]
+    with citus_cluster(workers=2) as grown, RagPG(db_url, settings(embed_server)) as one, \
+            RagPG(grown.url, settings(embed_server, "grown")) as many:
+        many.init()
+        for name in names:
+            for rag in (one, many):
+                assert rag.ingest(tree, collection=name).documents_failed == 0
+        expected = {(n, q): hits(one, q, "hybrid", collection=n) for n in names for q in QUERIES}
+        before = holders(grown.url, "grown", names)
+        # objects made on the new node first: its copies of ragpg's text search configurations
+        # get other object ids than the first workers' (a regconfig is an object id)
+        node = grown.add_worker(before_joining="SELECT * FROM generate_series(1, 3);"
+                                " CREATE TEXT SEARCH CONFIGURATION public.spacer1 (COPY = simple);"
+                                " CREATE TEXT SEARCH CONFIGURATION public.spacer2 (COPY = simple)")
+        with psycopg.connect(grown.workers[0].url, autocommit=True) as old, \
+                psycopg.connect(node.url, autocommit=True) as new:
+            config = "SELECT 'grown.french'::regconfig::oid::bigint"
+            assert value(old, config) != value(new, config)
+        many.init()  # the cluster changed: ragpg's settings reach the new node too
+        seen: list[str] = []
+        stop = threading.Event()
+
+        def search_while_moving() -> None:
+            for key in itertools.cycle(expected):
+                if stop.is_set():
+                    return
+                found = hits(many, key[1], "hybrid", collection=key[0])
+                if [h[:5] for h in found] != [h[:5] for h in expected[key]]:
+                    seen.append(f"{key}: {found[:1]} != {expected[key][:1]}")
+
+        searcher = threading.Thread(target=search_while_moving)
+        searcher.start()
+        try:
+            with psycopg.connect(grown.url, autocommit=True) as conn:
+                conn.execute("SELECT citus_rebalance_start()")
+                conn.execute("SET statement_timeout = '180s'")  # a move that keeps failing
+                conn.execute("SELECT citus_rebalance_wait()")
+        finally:
+            stop.set()
+            searcher.join(timeout=120)
+        after = holders(grown.url, "grown", names)
+        assert set(after.values()) - set(before.values()), "no collection moved to the new worker"
+        assert seen == []
+        for (name, query), found in expected.items():
+            same_hits(found, hits(many, query, "hybrid", collection=name))
+        # and a collection that moved still takes writes with exact statistics
+        moved = next(n for n in names if after[n] not in before.values())
+        (tree / "ops" / "page-01.md").write_text("# Page 1\n\nLa marmotte restaure.\n", encoding="utf-8")
+        for rag in (one, many):
+            assert rag.ingest(tree, collection=moved).documents_indexed == 1
+        assert violations(grown.url, "grown") == []
+        for query in QUERIES:
+            same_hits(hits(one, query, "keyword", collection=moved),
+                      hits(many, query, "keyword", collection=moved))
+
+
+def holders(url: str, schema: str, collections: list[str]) -> dict[str, int]:
+    """The port of the worker that holds each collection's documents."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        return {name: int(value(conn, sql.SQL(
+            "SELECT nodeport FROM citus_shards WHERE table_name = %s::regclass"
+            " AND shardid = get_shard_id_for_distribution_column(%s, %s::text)"),
+            (f"{schema}.document", f"{schema}.document", name))) for name in collections}
+
+
+@needs_citus
+def test_tenants_on_the_cluster_see_only_their_collections(cluster, schema, embed_server, tmp_path):
+    """Row-level security on the distributed tables: a runtime role acting for a tenant and a
+    BI reader bound to one see their tenant's collections only, on the workers too."""
+    from psycopg.conninfo import make_conninfo
+
+    from rag_pg.store import roles, tenancy
+
+    suffix = schema
+    runtime, reader = f"ragpg_rt_{suffix}", f"ragpg_rd_{suffix}"
+    options = {"tenancy.enabled": True, "database.pool_size": 1}
+    with RagPG(cluster.url, settings(embed_server, schema, **options)) as owner:
+        owner.init()
+    with psycopg.connect(cluster.url, autocommit=True) as conn:
+        roles.create_runtime(conn, runtime, password="pw-runtime", schema=schema)
+        tenancy.assign(conn, "acme", ["acme_docs"], schema=schema)
+        tenancy.assign(conn, "globex", ["globex_docs"], schema=schema)
+        roles.create_reader(conn, reader, password="pw-reader", tenant="acme", schema=schema)
+    runtime_url = make_conninfo(cluster.url, user=runtime, password="pw-runtime")
+    with RagPG(runtime_url, settings(embed_server, schema, **options)) as rag:
+        for tenant, collection in (("acme", "acme_docs"), ("globex", "globex_docs")):
+            tree = write_tree(tmp_path / collection, documents=6, seed=len(collection))
+            with tenancy.acting_for(tenant):
+                report = rag.ingest(tree, collection=collection)
+                assert report.documents_indexed == 9, report.failures[:2]
+        with tenancy.acting_for("acme"):
+            found = {h.collection for q in QUERIES for h in rag.search(q, k=5, collection="acme_docs")}
+            assert found == {"acme_docs"}
+            with pytest.raises(CollectionNotFound):  # as on one node: not even its name
+                rag.search("renard", k=5, collection="globex_docs")
+    reader_url = make_conninfo(cluster.url, user=reader, password="pw-reader")
+    with psycopg.connect(reader_url, autocommit=True) as conn:
+        s = sql.Identifier(schema)
+        seen = {row["collection"] for view in ("chunks_v", "documents_v", "corpus_stats_v")
+                for row in records(conn, sql.SQL("SELECT collection FROM {}.{}").format(
+                    s, sql.Identifier(view)))}
+        assert seen == {"acme_docs"}
+        for collection in ("acme_docs", "globex_docs"):
+            rows = records(conn, sql.SQL("SELECT path FROM {}.keyword_search('renard', 50, %s)")
+                           .format(s), (collection,))
+            assert bool(rows) == (collection == "acme_docs")

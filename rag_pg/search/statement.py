@@ -182,7 +182,7 @@ class Searcher:
     def settings(self, plan: SearchPlan) -> dict[str, str]:
         """The transaction's settings for this search (``search_setting``: SET LOCAL), in order."""
         ef = min(MAX_EF_SEARCH, max(plan.ef_search, self.counts(plan)["vec_fetch"]))
-        return {"citus.propagate_set_commands": "local", "hnsw.ef_search": str(ef),
+        return {"hnsw.ef_search": str(ef),
                 "hnsw.iterative_scan": plan.iterative_scan,
                 "hnsw.max_scan_tuples": str(plan.max_scan_tuples),
                 "enable_seqscan": "off" if plan.mode in ("hybrid", "keyword") else "on",

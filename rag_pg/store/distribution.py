@@ -12,6 +12,16 @@ search, which names one collection, is routed whole to the worker that holds it.
 * the run tables (``ingest_run``, ``eval_run``, ``reembed_run``) and Alembic's stay local to
   the coordinator, where every command connects.
 
+Two defaults of the database, set on every node by each ``ragpg init`` (so also on a worker
+added since): rows travel between nodes as text (``citus.enable_binary_protocol = off``:
+Citus's binary format carries a ``regconfig`` as the sending node's object id, and the
+nodes' ids for ragpg's text search configurations differ; for the same reason the writer
+sends chunks by INSERT, not COPY, :meth:`rag_pg.store.documents.Store.distributed`), and a
+``SET LOCAL`` reaches the workers (``citus.propagate_set_commands = local``: a search's
+settings, the tenant a transaction acts for), and prepared statements are planned with their
+parameters (``plan_cache_mode = force_custom_plan``: a generic plan hides the collection
+from Citus, which then runs through the coordinator what it would route to one worker).
+
 The term statistics: Citus cannot run the statement triggers on ``chunk`` on its shards
 (their transition tables are not there), so they are dropped before ``chunk`` is
 distributed and the writer keeps the statistics itself, in the same transaction
@@ -96,4 +106,8 @@ def distribute(conn: psycopg.Connection[Any], schema: str, distribution: str | N
                 conn.execute(q.compose("distributed_table_create", table=sql.Literal(q.table(table)),
                                        column=sql.Literal("collection"),
                                        colocate=sql.Literal(colocate)))
+    with conn.transaction():
+        conn.execute(q("cluster_settings"))
+        conn.execute(q("tenant_function_nested"))
+        conn.execute(q("keyword_search_invoker"))
     return citus_tables(conn, schema)

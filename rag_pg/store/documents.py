@@ -161,8 +161,11 @@ class Store(VectorIndexes, RunLog, TermStatistics):
         """Subtract (before a delete) or add (after a write) the documents' chunks to the term
         statistics, where the writer keeps them."""
         params = {"collection": collection, "ids": ids}
-        cur.execute(self.q(f"term_stats_{direction}_documents"), params)
-        cur.execute(self.q(f"chunk_stats_{direction}_documents"), params)
+        names = (("term_stats_drop_documents", "term_stats_subtract_documents",
+                  "chunk_stats_subtract_documents") if direction == "subtract"
+                 else ("term_stats_add_documents", "chunk_stats_add_documents"))
+        for name in names:
+            cur.execute(self.q(name), params)
 
     # -- writes ------------------------------------------------------------------------
 
@@ -213,7 +216,10 @@ class Store(VectorIndexes, RunLog, TermStatistics):
             else:
                 self._copy_chunks(cur, collection, prepared, ids, chunk_ids, staged=staged)
             if model is not None and any(p.vectors is not None for p in prepared):
-                self._copy_vectors(cur, collection, prepared, chunk_ids, model, staged=staged)
+                if distributed:
+                    self._insert_vectors(cur, collection, prepared, chunk_ids, model)
+                else:
+                    self._copy_vectors(cur, collection, prepared, chunk_ids, model, staged=staged)
             if distributed:
                 self._follow_statistics(cur, "add", collection, ids)
         return total
@@ -270,6 +276,25 @@ class Store(VectorIndexes, RunLog, TermStatistics):
             cur.execute(self.q("chunk_stage_insert"))
             cur.execute(self.q("chunk_stage_clear"))
 
+    @staticmethod
+    def _vector_rows(collection: str, prepared: Sequence[PreparedDocument], chunk_ids: list[int],
+                     model: str) -> Iterator[tuple[Any, ...]]:
+        i = 0
+        for p in prepared:
+            if p.vectors is None:
+                i += len(p.chunks)
+                continue
+            for vec in p.vectors:
+                yield (chunk_ids[i], collection, model, vec)
+                i += 1
+
+    def _insert_vectors(self, cur: psycopg.Cursor[Any], collection: str,
+                        prepared: Sequence[PreparedDocument], chunk_ids: list[int], model: str) -> None:
+        """The vectors by one pipelined batch of INSERTs (on a cluster: a COPY of a table under
+        row-level security is refused, and its staged form would pass through the coordinator)."""
+        cur.executemany(self.q("vector_insert"), list(self._vector_rows(collection, prepared,
+                                                                       chunk_ids, model)))
+
     def _copy_vectors(self, cur: psycopg.Cursor[Any], collection: str,
                       prepared: Sequence[PreparedDocument], chunk_ids: list[int], model: str,
                       *, staged: bool) -> None:
@@ -278,14 +303,8 @@ class Store(VectorIndexes, RunLog, TermStatistics):
             cur.execute(self.q("vector_stage_create"))
         with cur.copy(self.q(f"vector{stage}_copy")) as copy:
             copy.set_types(["bigint", "text", "text", "vector"])
-            i = 0
-            for p in prepared:
-                if p.vectors is None:
-                    i += len(p.chunks)
-                    continue
-                for vec in p.vectors:
-                    copy.write_row((chunk_ids[i], collection, model, vec))
-                    i += 1
+            for row in self._vector_rows(collection, prepared, chunk_ids, model):
+                copy.write_row(row)
         if staged:
             cur.execute(self.q("vector_stage_insert"))
             cur.execute(self.q("vector_stage_clear"))

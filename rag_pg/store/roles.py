@@ -38,6 +38,7 @@ from rag_pg.config import check_identifier
 from rag_pg.config.sections import READER_CONNECTION_LIMIT as DEFAULT_CONNECTION_LIMIT
 from rag_pg.config.sections import READER_STATEMENT_TIMEOUT as DEFAULT_STATEMENT_TIMEOUT
 from rag_pg.errors import ConfigError, SchemaMissing, StoreError
+from rag_pg.store import distribution
 from rag_pg.store.queries import Queries
 from rag_pg.store.queries import statement as named
 
@@ -196,6 +197,12 @@ def _grant_reading(conn: psycopg.Connection[Any], name: str, schema: str, databa
     conn.execute(q.compose("role_grant_schema", role=role))
     for view in PUBLISHED_VIEWS:
         conn.execute(q.compose("role_grant_view", view=sql.Identifier(view), role=role))
+    if distribution.distributed(conn, schema):
+        # Citus runs a view's queries on the shards as the reader, not as the view's owner:
+        # there the reader reads the index tables too (row-level security still holds it to
+        # its tenant's rows; the tenancy's own tables stay closed to it).
+        for table in distribution.DISTRIBUTED + ("collection",):
+            conn.execute(q.compose("role_grant_view", view=sql.Identifier(table), role=role))
     _grant_functions(conn, q, role)
 
 

@@ -33,6 +33,7 @@ from psycopg import sql
 from psycopg.rows import class_row, dict_row, scalar_row
 
 from rag_pg.errors import ConfigError, StoreError
+from rag_pg.store import distribution
 from rag_pg.store.queries import Queries
 from rag_pg.store.queries import statement as statement_named
 
@@ -231,11 +232,14 @@ def enable(conn: psycopg.Connection[Any], schema: str = "ragpg") -> list[str]:
         _require_schema(conn, schema)
         q = Queries(schema)
         _hand_surface(conn, schema, _surface_owner(conn, schema))
+        distributed = distribution.distributed(conn, schema)
         held = []
         for table in _tables(conn, schema):
-            conn.execute(q.compose("tenancy_hold", policy=sql.Identifier(POLICY),
-                                   table=sql.Identifier(table.name),
-                                   column=sql.Identifier(table.column)))
+            policy = "policy_distributed" if distributed else "policy"
+            for step in ("reset", policy, "enable", "force"):
+                conn.execute(q.compose(f"tenancy_hold_{step}", policy=sql.Identifier(POLICY),
+                                       table=sql.Identifier(table.name),
+                                       column=sql.Identifier(table.column)))
             held.append(table.name)
     return held
 

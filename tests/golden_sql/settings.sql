@@ -1,4 +1,3 @@
-SET LOCAL citus.propagate_set_commands = 'local'
 SET LOCAL hnsw.ef_search = '200'
 SET LOCAL hnsw.iterative_scan = 'relaxed_order'
 SET LOCAL hnsw.max_scan_tuples = '50000'

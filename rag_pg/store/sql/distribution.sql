@@ -29,3 +29,34 @@ SELECT create_distributed_table({table}, {column}, colocate_with := {colocate});
 
 -- name: worker_count
 SELECT count(*) AS workers FROM citus_get_active_worker_nodes();
+
+-- name: cluster_settings
+-- Two defaults of the database, on every node, for the sessions that start after them (the
+-- rebalancer's too):
+-- * rows travel as text: in Citus's binary format a regconfig (a chunk's text search
+--   configuration) is the sending node's object id, which names another configuration, or
+--   none, on the receiving node; a shard moved to a new worker then fails to copy;
+-- * a SET LOCAL reaches the workers the transaction's statements run on: a search's own
+--   settings (hnsw.ef_search...) and the tenant it acts for (ragpg.tenant, read by the
+--   row-level policies on the shards);
+-- * a prepared statement is planned with its parameters each time: with a generic plan Citus
+--   cannot see the collection, and runs a statement it would route to one worker through the
+--   coordinator instead (a MERGE of the term statistics then ships rows in binary: above).
+SELECT run_command_on_all_nodes(format(
+    'ALTER DATABASE %I SET citus.enable_binary_protocol = off;'
+    ' ALTER DATABASE %I SET citus.propagate_set_commands = local;'
+    ' ALTER DATABASE %I SET plan_cache_mode = force_custom_plan',
+    current_database(), current_database(), current_database()));
+
+-- name: tenant_function_nested
+-- The tenant policies call tenant_collections() on the shards, where it reads the tenancy's
+-- reference tables (a copy on every node, read locally): Citus refuses such a read nested in a
+-- shard's query unless the function allows it.
+ALTER FUNCTION {schema}.tenant_collections() SET citus.allow_nested_distributed_execution = on;
+
+-- name: keyword_search_invoker
+-- Citus reaches the shards as the current user, and the owner of the published functions
+-- may not log in: on a cluster keyword_search() runs as its caller, whom ragpg grants the
+-- tables it reads there (rag_pg/store/roles.py; row-level security still holds a tenant's
+-- reader to its rows).
+ALTER FUNCTION {schema}.keyword_search(text, integer, text) SECURITY INVOKER;

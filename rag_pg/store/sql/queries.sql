@@ -51,6 +51,9 @@ INSERT INTO {schema}.chunk
      ts_config, line_start, line_end)
 VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s::regconfig, %s, %s);
 
+-- name: vector_insert
+INSERT INTO {schema}.chunk_vector (chunk_id, collection, model, embedding) VALUES (%s, %s, %s, %s);
+
 -- name: vector_copy
 COPY {schema}.chunk_vector (chunk_id, collection, model, embedding) FROM STDIN (FORMAT BINARY);
 
@@ -225,58 +228,62 @@ ORDER BY 1;
 -- transition tables do not reach the shards, rag_pg/store/distribution.py). The same
 -- arithmetic as the triggers' function (migration 0014), over the chunks of the documents
 -- being replaced: subtracted before they are deleted, added once the new ones are in. A
--- pending collection is left out, as by the triggers. Every statement names one collection,
--- so a cluster routes it to the shard that holds it.
--- name: term_stats_subtract_documents
-MERGE INTO {schema}.term_stat t
+-- pending collection is left out, as by the triggers. Every statement names one collection
+-- and joins on it, so a cluster runs it whole on the shard that holds it (Citus would run a
+-- MERGE through the coordinator, shipping the configurations' object ids between nodes).
+-- name: term_stats_drop_documents
+DELETE FROM {schema}.term_stat t
 USING (SELECT o.collection, o.ts_config, u.lexeme, count(*) AS df
        FROM {schema}.chunk o CROSS JOIN LATERAL unnest(o.tsv) AS u
        WHERE o.collection = %(collection)s AND o.document_id = ANY(%(ids)s)
          AND NOT (SELECT k.term_stat_pending FROM {schema}.collection k
                   WHERE k.name = %(collection)s)
        GROUP BY 1, 2, 3) g
-ON t.collection = %(collection)s AND t.collection = g.collection AND t.ts_config = g.ts_config AND t.lexeme = g.lexeme
-WHEN MATCHED AND t.df <= g.df THEN DELETE
-WHEN MATCHED THEN UPDATE SET df = t.df - g.df;
+WHERE t.collection = %(collection)s AND t.collection = g.collection AND t.ts_config = g.ts_config
+  AND t.lexeme = g.lexeme AND t.df <= g.df;
+
+-- name: term_stats_subtract_documents
+UPDATE {schema}.term_stat t SET df = t.df - g.df
+FROM (SELECT o.collection, o.ts_config, u.lexeme, count(*) AS df
+      FROM {schema}.chunk o CROSS JOIN LATERAL unnest(o.tsv) AS u
+      WHERE o.collection = %(collection)s AND o.document_id = ANY(%(ids)s)
+        AND NOT (SELECT k.term_stat_pending FROM {schema}.collection k
+                 WHERE k.name = %(collection)s)
+      GROUP BY 1, 2, 3) g
+WHERE t.collection = %(collection)s AND t.collection = g.collection AND t.ts_config = g.ts_config
+  AND t.lexeme = g.lexeme;
 
 -- name: chunk_stats_subtract_documents
-MERGE INTO {schema}.chunk_stat t
-USING (SELECT o.collection, o.ts_config, count(*) AS chunks, sum(o.token_count) AS tokens
-       FROM {schema}.chunk o
-       WHERE o.collection = %(collection)s AND o.document_id = ANY(%(ids)s)
-         AND NOT (SELECT k.term_stat_pending FROM {schema}.collection k
-                  WHERE k.name = %(collection)s)
-       GROUP BY 1, 2) g
-ON t.collection = %(collection)s AND t.collection = g.collection AND t.ts_config = g.ts_config
-WHEN MATCHED THEN UPDATE SET chunks = t.chunks - g.chunks, tokens = t.tokens - g.tokens;
+UPDATE {schema}.chunk_stat t SET chunks = t.chunks - g.chunks, tokens = t.tokens - g.tokens
+FROM (SELECT o.collection, o.ts_config, count(*) AS chunks, sum(o.token_count) AS tokens
+      FROM {schema}.chunk o
+      WHERE o.collection = %(collection)s AND o.document_id = ANY(%(ids)s)
+        AND NOT (SELECT k.term_stat_pending FROM {schema}.collection k
+                 WHERE k.name = %(collection)s)
+      GROUP BY 1, 2) g
+WHERE t.collection = %(collection)s AND t.collection = g.collection AND t.ts_config = g.ts_config;
 
 -- name: term_stats_add_documents
-MERGE INTO {schema}.term_stat t
-USING (SELECT n.collection, n.ts_config, u.lexeme, count(*) AS df,
-              max(cardinality(u.positions)) AS max_tf, min(n.token_count) AS min_dl
-       FROM {schema}.chunk n CROSS JOIN LATERAL unnest(n.tsv) AS u
-       WHERE n.collection = %(collection)s AND n.document_id = ANY(%(ids)s)
-         AND NOT (SELECT k.term_stat_pending FROM {schema}.collection k
-                  WHERE k.name = %(collection)s)
-       GROUP BY 1, 2, 3) a
-ON t.collection = %(collection)s AND t.collection = a.collection AND t.ts_config = a.ts_config AND t.lexeme = a.lexeme
-WHEN MATCHED THEN UPDATE SET df = t.df + a.df, max_tf = greatest(t.max_tf, a.max_tf),
-                             min_dl = least(t.min_dl, a.min_dl)
-WHEN NOT MATCHED THEN INSERT (collection, ts_config, lexeme, df, max_tf, min_dl)
-    VALUES (a.collection, a.ts_config, a.lexeme, a.df, a.max_tf, a.min_dl);
+INSERT INTO {schema}.term_stat (collection, ts_config, lexeme, df, max_tf, min_dl)
+SELECT n.collection, n.ts_config, u.lexeme, count(*), max(cardinality(u.positions)),
+       min(n.token_count)
+FROM {schema}.chunk n CROSS JOIN LATERAL unnest(n.tsv) AS u
+WHERE n.collection = %(collection)s AND n.document_id = ANY(%(ids)s)
+  AND NOT (SELECT k.term_stat_pending FROM {schema}.collection k WHERE k.name = %(collection)s)
+GROUP BY 1, 2, 3
+ON CONFLICT (collection, ts_config, lexeme) DO UPDATE
+SET df = term_stat.df + EXCLUDED.df, max_tf = greatest(term_stat.max_tf, EXCLUDED.max_tf),
+    min_dl = least(term_stat.min_dl, EXCLUDED.min_dl);
 
 -- name: chunk_stats_add_documents
-MERGE INTO {schema}.chunk_stat t
-USING (SELECT n.collection, n.ts_config, count(*) AS chunks, sum(n.token_count) AS tokens
-       FROM {schema}.chunk n
-       WHERE n.collection = %(collection)s AND n.document_id = ANY(%(ids)s)
-         AND NOT (SELECT k.term_stat_pending FROM {schema}.collection k
-                  WHERE k.name = %(collection)s)
-       GROUP BY 1, 2) a
-ON t.collection = %(collection)s AND t.collection = a.collection AND t.ts_config = a.ts_config
-WHEN MATCHED THEN UPDATE SET chunks = t.chunks + a.chunks, tokens = t.tokens + a.tokens
-WHEN NOT MATCHED THEN INSERT (collection, ts_config, chunks, tokens)
-    VALUES (a.collection, a.ts_config, a.chunks, a.tokens);
+INSERT INTO {schema}.chunk_stat (collection, ts_config, chunks, tokens)
+SELECT n.collection, n.ts_config, count(*), sum(n.token_count)
+FROM {schema}.chunk n
+WHERE n.collection = %(collection)s AND n.document_id = ANY(%(ids)s)
+  AND NOT (SELECT k.term_stat_pending FROM {schema}.collection k WHERE k.name = %(collection)s)
+GROUP BY 1, 2
+ON CONFLICT (collection, ts_config) DO UPDATE
+SET chunks = chunk_stat.chunks + EXCLUDED.chunks, tokens = chunk_stat.tokens + EXCLUDED.tokens;
 
 -- name: documents_ids_for_paths
 SELECT id FROM {schema}.document WHERE collection = %(collection)s AND path = ANY(%(paths)s);

@@ -530,9 +530,8 @@ d.node_type = %(node_type)s
 -- on 20,650 chunks). No parallel workers: a search statement holds branches that a one-time
 -- filter leaves unexecuted (exact search or the index), and on a large collection the planner
 -- gives such a branch a Gather whose workers start (~5 ms) even when the filter skips it.
--- SET LOCAL, not set_config(): on a Citus coordinator the SET LOCAL commands that follow
--- citus.propagate_set_commands = 'local' reach the workers that run the statement; a server
--- without Citus holds that first one as an unused placeholder until the transaction ends.
+-- SET LOCAL, not set_config(): on a Citus coordinator a SET LOCAL reaches the workers that run
+-- the statement (citus.propagate_set_commands = local, which ragpg init sets there).
 SET LOCAL {setting} = {value}
 
 -- name: search_collection

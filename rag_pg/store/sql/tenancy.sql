@@ -61,13 +61,27 @@ REVOKE ALL ON {schema}.tenant_collection, {schema}.tenant_role FROM {role};
 REVOKE ALL ON ALL TABLES IN SCHEMA {schema} FROM {role};
 REVOKE ALL ON SCHEMA {schema} FROM {role};
 
--- name: tenancy_hold
--- The tenant policy on one table, forced (its owner too is held by it).
+-- name: tenancy_hold_reset
+-- The tenant policy on one table, forced (its owner too is held by it): four statements, each
+-- sent on its own (Citus forwards a distributed table's DDL to its shards one command at a time).
 DROP POLICY IF EXISTS {policy} ON {schema}.{table};
+
+-- name: tenancy_hold_policy
 CREATE POLICY {policy} ON {schema}.{table}
     USING ({column} = ANY ((SELECT {schema}.tenant_collections())::text[]))
     WITH CHECK ({column} = ANY ((SELECT {schema}.tenant_collections())::text[]));
+
+-- name: tenancy_hold_policy_distributed
+-- On a Citus cluster: Citus cannot carry a policy holding a subquery to the shards; the
+-- function is then called in the condition itself.
+CREATE POLICY {policy} ON {schema}.{table}
+    USING ({column} = ANY ({schema}.tenant_collections()))
+    WITH CHECK ({column} = ANY ({schema}.tenant_collections()));
+
+-- name: tenancy_hold_enable
 ALTER TABLE {schema}.{table} ENABLE ROW LEVEL SECURITY;
+
+-- name: tenancy_hold_force
 ALTER TABLE {schema}.{table} FORCE ROW LEVEL SECURITY;
 
 -- name: tenancy_policy_drop
