@@ -65,7 +65,7 @@ def write_tree(root: Path, documents: int = 24, seed: int = 7, vocabulary: int =
         sections = "\n\n".join(f"## {words[(i + s) % len(words)].capitalize()} {s}\n\n"
                                + "\n\n".join(paragraph(words) for _ in range(2))
                                for s in range(3))
-        parent = f"parent_source_file: ./{folder}/index.md\nlevel: 0\n"
+        parent = f"parent_source_file: ./{folder}/summary.md\nlevel: 0\n"
         text = (f"---\ntitle: Page {i}\nlang: {'fr' if french else 'en'}\n{parent}"
                 f"tags: [{folder}]\n---\n# Page {i}\n\n{paragraph(words)}\n\n{sections}\n")
         path = root / folder / f"page-{i:02d}.md"
@@ -73,7 +73,7 @@ def write_tree(root: Path, documents: int = 24, seed: int = 7, vocabulary: int =
         path.write_text(text, encoding="utf-8")
     for folder in ("guides", "ops", "ref"):  # the parents: summaries one level up
         (root / folder).mkdir(parents=True, exist_ok=True)
-        (root / folder / "index.md").write_text(
+        (root / folder / "summary.md").write_text(
             f"---\nlevel: 1\nnode_type: summary\n---\n# {folder.capitalize()}\n\n"
             f"{paragraph(list(WORDS_FR))}\n", encoding="utf-8")
     return root
@@ -482,3 +482,60 @@ def test_tenants_on_the_cluster_see_only_their_collections(cluster, schema, embe
             rows = records(conn, sql.SQL("SELECT path FROM {}.keyword_search('renard', 50, %s)")
                            .format(s), (collection,))
             assert bool(rows) == (collection == "acme_docs")
+
+
+@needs_citus
+def test_the_commands_and_the_service_work_on_a_cluster_url(cluster, schema, embed_server, tmp_path):
+    """What a user runs, against the coordinator: ingest, stats, check (and --repair of a
+    chunk changed behind ragpg's back), export and import into another schema, reembed to
+    another model, and the HTTP service answering what the command line answers."""
+    import json as jsonlib
+
+    from rag_pg.testing.embedserver import FakeEmbeddingServer
+
+    from .test_server import Served
+
+    tree = write_tree(tmp_path / "tree", documents=6)
+    env = {"RAGPG_DATABASE_URL": cluster.url, "RAGPG_DATABASE_SCHEMA": schema,
+           "RAGPG_EMBEDDING_URL": embed_server.url}
+
+    def cli(*args: str, **extra: str) -> Any:
+        result = run_cli(list(args), env={**env, **extra}, cwd=tmp_path)
+        assert result.returncode == 0, result.stderr
+        return jsonlib.loads(result.stdout) if "--json" in args else result.stdout
+
+    assert cli("ingest", str(tree), "--json")["documents_indexed"] == 9
+    stats = cli("stats", "--json")
+    with psycopg.connect(cluster.url) as conn:
+        chunks = value(conn, sql.SQL("SELECT count(*) FROM {}.chunk").format(sql.Identifier(schema)))
+        assert chunks > 0 and str(chunks) in jsonlib.dumps(stats)
+        conn.execute(sql.SQL("UPDATE {}.chunk SET content = content || ' forged'"
+                             " WHERE collection = 'default' AND position = 0").format(sql.Identifier(schema)))
+        conn.commit()
+    broken = run_cli(["check", "--json"], env=env, cwd=tmp_path)
+    # the changed chunk, and (no trigger on a cluster) the statistics its tsvector moved
+    assert broken.returncode == 1 and "content_hash" in broken.stdout and "term_stat" in broken.stdout
+    repaired = run_cli(["check", "--repair", "--json"], env=env, cwd=tmp_path)
+    assert jsonlib.loads(repaired.stdout)["marked_for_repair"] >= 2, repaired.stderr
+    cli("ingest", str(tree), "--json")
+    assert cli("check", "--json")["ok"] is True
+    expected = cli("search", "renard sauvegarde", "-k", "5", "--json")
+    cli("export", str(tree), "--json")
+    imported = cli("import", str(tree), "--json", RAGPG_DATABASE_SCHEMA=f"{schema}_copy")
+    assert imported["documents_indexed"] == 9
+    assert cli("search", "renard sauvegarde", "-k", "5", "--json",
+               RAGPG_DATABASE_SCHEMA=f"{schema}_copy") == expected
+    served = Served({**{k: v for k, v in env.items()}, "PATH": "/usr/bin:/bin"}, tmp_path / "serve")
+    try:
+        with served.client() as client:
+            response = client.post("/search", json={"query": "renard sauvegarde", "k": 5})
+        assert response.status_code == 200, response.text
+        assert response.json()["hits"] == expected
+    finally:
+        served.stop()
+    with FakeEmbeddingServer(dim=32) as other:
+        report = cli("reembed", "--json", RAGPG_EMBEDDING_URL=other.url)
+        assert report["status"] == "completed" and report["switched"] is True
+        assert cli("search", "renard sauvegarde", "-k", "3", "--mode", "vector", "--json",
+                   RAGPG_EMBEDDING_URL=other.url)
+    assert cli("check", "--json")["ok"] is True

@@ -121,6 +121,24 @@ def test_an_intact_tree_has_no_missing_parent(db_url, embed_server, book):
     assert report.failures == []
 
 
+def test_a_parent_written_with_a_leading_dot_slash_is_found(db_url, embed_server, tmp_path):
+    """`./a/summary.md` names the root's `a/summary.md`, for the check as for the parent
+    expansion of a search (which found it while the check called the link broken)."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "a" / "summary.md").write_text("---\nlevel: 1\n---\n# A\n\nRésumé.\n", encoding="utf-8")
+    for name, parent in (("one.md", "./a/summary.md"), ("two.md", "/a/summary.md"),
+                         ("three.md", "a/summary.md"), ("four.md", "./a/absent.md")):
+        (tmp_path / "a" / name).write_text(f"---\nparent_source_file: {parent}\n---\n# {name}\n\nTexte.\n",
+                                           encoding="utf-8")
+    with make_rag(db_url, embed_server) as rag:
+        report = rag.ingest(tmp_path)
+        assert [(f.path, f.kind) for f in report.failures] == [("a/four.md", MISSING_PARENT)]
+        hits = rag.search("Texte", k=10, mode="keyword", expand="parent")
+    assert {h.path: (h.extra.get("expanded") or {}).get("path") for h in hits} == {
+        "a/one.md": "a/summary.md", "a/two.md": "a/summary.md", "a/three.md": "a/summary.md",
+        "a/four.md": None}
+
+
 def test_a_missing_parent_is_reported_per_document_and_the_document_is_kept(db_url, embed_server, book):
     (book / P2 / "summary.md").unlink()
     with make_rag(db_url, embed_server) as rag:

@@ -58,11 +58,14 @@ UPDATE {schema}.ingest_run SET documents_seen = %(seen)s, documents_indexed = %(
 WHERE id = %(id)s;
 
 -- name: parents_missing
+-- The parent's path as the parent expansion of a search reads it (search_expand_parent):
+-- `./a/b.md`, `/a/b.md` and `a/b.md` name the same file of the root.
 SELECT d.path, d.parent_path FROM {schema}.document d
 WHERE d.collection = %(collection)s AND d.parent_path IS NOT NULL
   AND (%(source_root)s::text IS NULL OR d.source_root = %(source_root)s)
   AND NOT EXISTS (SELECT 1 FROM {schema}.document p
-                  WHERE p.collection = d.collection AND p.path = d.parent_path)
+                  WHERE p.collection = d.collection
+                    AND p.path = ltrim(regexp_replace(d.parent_path, '^(\./)+', ''), '/'))
 ORDER BY d.path;
 
 -- name: vector_index_create
