@@ -100,3 +100,34 @@ def test_check_sees_a_changed_section_and_its_sample_sees_swapped_vectors(db_url
     # the renamed chunk's vector was made for its old section: the sample may say so too
     assert problems <= {("content_hash", renamed_path), ("vector_mismatch", a_path),
                         ("vector_mismatch", b_path), ("vector_mismatch", renamed_path)}
+
+
+def test_check_and_repair_one_collection(db_url, embed_server, corpus, tmp_path):
+    """--collection checks one collection and repairs only it: the same file indexed in another
+    collection is neither reported nor marked; an unknown collection is one line, exit 2."""
+    env = {"RAGPG_DATABASE_URL": db_url, "RAGPG_EMBEDDING_URL": embed_server.url}
+    for collection in ("alpha", "beta"):
+        out = run_cli(["ingest", str(corpus), "-c", collection], env=env, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+    with psycopg.connect(db_url) as conn:
+        conn.execute("""UPDATE ragpg.chunk SET content = content || ' !' WHERE id = (
+                        SELECT min(c.id) FROM ragpg.chunk c JOIN ragpg.document d ON d.id = c.document_id
+                        WHERE d.path = 'fr/cuisine/pot-au-feu.md' AND d.collection = 'beta')""")
+    alpha = run_cli(["check", "-c", "alpha", "--json"], env=env, cwd=tmp_path)
+    assert alpha.returncode == 0 and json.loads(alpha.stdout)["ok"] is True
+    beta = run_cli(["check", "--collection", "beta", "--json"], env=env, cwd=tmp_path)
+    assert beta.returncode == 1
+    assert {(p["code"], p["subject"]) for p in json.loads(beta.stdout)["problems"]} == {
+        ("content_hash", "fr/cuisine/pot-au-feu.md")}
+    repaired = run_cli(["check", "-c", "beta", "--repair", "--json"], env=env, cwd=tmp_path)
+    assert json.loads(repaired.stdout)["marked_for_repair"] == 1
+    with psycopg.connect(db_url) as conn:
+        marked = value(conn, "SELECT string_agg(collection, ',') FROM ragpg.document"
+                             " WHERE fingerprint = 'needs-repair'")
+    assert marked == "beta"
+    unknown = run_cli(["check", "-c", "gamma"], env=env, cwd=tmp_path)
+    assert unknown.returncode == 2 and unknown.stderr.strip().count("\n") == 0
+    assert "gamma" in unknown.stderr
+    for collection in ("alpha", "beta"):
+        run_cli(["ingest", str(corpus), "-c", collection], env=env, cwd=tmp_path)
+    assert violations(db_url) == []

@@ -130,10 +130,14 @@ def stats(obj: Context, collection: str | None, as_json: bool) -> None:
               help="Mark the documents (and statistics) concerned so the next ingest repairs them.")
 @click.option("--sample", type=click.IntRange(min=1), default=None, metavar="N",
               help="Also embed N chunks drawn at random again and compare their stored vectors.")
+@click.option("-c", "--collection", default=None,
+              help="Check one collection (default: every collection of the index).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")
 @click.pass_obj
-def check(obj: Context, repair: bool, sample: int | None, as_json: bool) -> None:
+def check(obj: Context, repair: bool, sample: int | None, collection: str | None,
+          as_json: bool) -> None:
     """Check the index's invariants (chunks, positions, vectors, dimensions); exit 1 if any fails."""
+    from rag_pg.store import records
     from rag_pg.store.integrity import check as run_check
     from rag_pg.store.integrity import mark_for_repair
 
@@ -143,12 +147,14 @@ def check(obj: Context, repair: bool, sample: int | None, as_json: bool) -> None
         schema = obj.settings.database.schema
         with rag.source.connection() as conn:
             rag._checked(conn)
-            problems = run_check(conn, schema)
+            if collection is not None:
+                records.require_collection(conn, rag.store.q, collection)
+            problems = run_check(conn, schema, collection)
             if sample:
                 from rag_pg.admin.sample import sample_vectors
 
                 problems += sample_vectors(conn, rag.store.q, rag.provider, sample)
-            marked = mark_for_repair(conn, problems, schema) if repair and problems else 0
+            marked = mark_for_repair(conn, problems, schema, collection) if repair and problems else 0
         if as_json:
             emit_json({"ok": not problems, "problems": [p.to_dict() for p in problems],
                        "marked_for_repair": marked})

@@ -46,13 +46,15 @@ SAMPLE_UNCHECKED = "sample_unchecked"
 STATISTICS = ("term_stat", "chunk_stat")
 
 
-def check(conn: psycopg.Connection[Any], schema: str = "ragpg") -> list[Problem]:
-    """Every inconsistency found; an empty list means the index is sound."""
+def check(conn: psycopg.Connection[Any], schema: str = "ragpg",
+          collection: str | None = None) -> list[Problem]:
+    """Every inconsistency found (in one collection, or in all); an empty list means the
+    index is sound."""
     problems: list[Problem] = []
     q = Queries(schema)
     with conn.cursor(row_factory=dict_row) as cur:
         for code, description in CHECKS:
-            for row in cur.execute(q(f"check_{code}")).fetchall():
+            for row in cur.execute(q(f"check_{code}"), {"collection": collection}).fetchall():
                 problems.append(Problem(code, description, str(row["subject"]), str(row["detail"])))
     for role, detail in drifted_readers(conn, schema):
         problems.append(Problem(
@@ -62,7 +64,8 @@ def check(conn: psycopg.Connection[Any], schema: str = "ragpg") -> list[Problem]
     return problems
 
 
-def mark_for_repair(conn: psycopg.Connection[Any], problems: list[Problem], schema: str = "ragpg") -> int:
+def mark_for_repair(conn: psycopg.Connection[Any], problems: list[Problem], schema: str = "ragpg",
+                    collection: str | None = None) -> int:
     """Make the next ingest re-index the documents concerned, even if their files are
     unchanged, and count again the statistics of the collections concerned (marked pending:
     searches do without them meanwhile). Returns the documents and collections marked."""
@@ -73,7 +76,8 @@ def mark_for_repair(conn: psycopg.Connection[Any], problems: list[Problem], sche
     marked = 0
     with conn.transaction():
         if paths:
-            marked += conn.execute(q("repair_documents"), {"paths": paths}).rowcount
+            marked += conn.execute(q("repair_documents"),
+                                   {"paths": paths, "collection": collection}).rowcount
         if collections:
             marked += conn.execute(q("repair_statistics"), {"names": collections}).rowcount
     return marked

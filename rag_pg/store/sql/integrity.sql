@@ -1,10 +1,13 @@
 -- ``ragpg check``: each statement returns one row per violation (subject, detail), by the
 -- name check_<code>; then what --repair writes. Loaded by name (rag_pg/store/queries.py).
+-- %(collection)s: one collection, or NULL for all (on a Citus cluster one collection's
+-- checks run on its worker alone).
 
 -- name: check_chunk_count
 -- a document's chunk_count differs from its chunks
 SELECT d.path AS subject, d.chunk_count || ' recorded, ' || count(c.id) || ' stored' AS detail
 FROM {schema}.document d LEFT JOIN {schema}.chunk c ON c.document_id = d.id AND c.collection = d.collection
+WHERE (%(collection)s::text IS NULL OR d.collection = %(collection)s)
 GROUP BY d.id, d.collection HAVING d.chunk_count <> count(c.id);
 
 -- name: check_positions
@@ -12,6 +15,7 @@ GROUP BY d.id, d.collection HAVING d.chunk_count <> count(c.id);
 SELECT d.path AS subject,
 'positions ' || min(c.position) || '..' || max(c.position) || ' for ' || count(*) AS detail
 FROM {schema}.document d JOIN {schema}.chunk c ON c.document_id = d.id AND c.collection = d.collection
+WHERE (%(collection)s::text IS NULL OR d.collection = %(collection)s)
 GROUP BY d.id, d.collection HAVING min(c.position) <> 0 OR max(c.position) <> count(*) - 1;
 
 -- name: check_missing_vector
@@ -22,7 +26,7 @@ JOIN {schema}.collection col ON col.name = d.collection AND col.model IS NOT NUL
 JOIN {schema}.chunk c ON c.document_id = d.id AND c.collection = d.collection
 LEFT JOIN {schema}.chunk_vector v
 ON v.chunk_id = c.id AND v.collection = c.collection AND v.model = col.model
-WHERE d.embed AND v.chunk_id IS NULL GROUP BY d.path, col.model;
+WHERE d.embed AND v.chunk_id IS NULL AND (%(collection)s::text IS NULL OR d.collection = %(collection)s) GROUP BY d.path, col.model;
 
 -- name: check_dimension
 -- a vector's dimension differs from its collection's
@@ -30,13 +34,14 @@ SELECT d.path AS subject, count(*) || ' vectors of ' || min(vector_dims(v.embedd
 FROM {schema}.chunk_vector v JOIN {schema}.chunk c ON c.id = v.chunk_id AND c.collection = v.collection
 JOIN {schema}.document d ON d.id = c.document_id AND d.collection = c.collection
 JOIN {schema}.collection col ON col.name = d.collection AND col.model = v.model
-WHERE vector_dims(v.embedding) <> col.dimension GROUP BY d.path;
+WHERE vector_dims(v.embedding) <> col.dimension AND (%(collection)s::text IS NULL OR d.collection = %(collection)s) GROUP BY d.path;
 
 -- name: check_content_hash
 -- a chunk's section or text differs from what it was indexed with
 SELECT d.path AS subject, count(*) || ' chunks changed since they were indexed' AS detail
 FROM {schema}.chunk c JOIN {schema}.document d ON d.id = c.document_id AND d.collection = c.collection
 WHERE c.content_hash <> encode(sha256(convert_to(c.section || E'\n' || c.content, 'UTF8')), 'hex')
+  AND (%(collection)s::text IS NULL OR d.collection = %(collection)s)
 GROUP BY d.path;
 
 -- name: check_zero_vector
@@ -44,7 +49,7 @@ GROUP BY d.path;
 SELECT d.path AS subject, count(*) || ' zero vectors' AS detail
 FROM {schema}.chunk_vector v JOIN {schema}.chunk c ON c.id = v.chunk_id AND c.collection = v.collection
 JOIN {schema}.document d ON d.id = c.document_id AND d.collection = c.collection
-WHERE vector_norm(v.embedding) = 0 GROUP BY d.path;
+WHERE vector_norm(v.embedding) = 0 AND (%(collection)s::text IS NULL OR d.collection = %(collection)s) GROUP BY d.path;
 
 -- name: check_foreign_vector
 -- Other models' vectors are legitimate only around a re-embed (its source and target).
@@ -56,7 +61,7 @@ SELECT d.path AS subject, count(*) || ' vectors of ' || min(v.model) AS detail
 FROM {schema}.chunk_vector v JOIN {schema}.chunk c ON c.id = v.chunk_id AND c.collection = v.collection
 JOIN {schema}.document d ON d.id = c.document_id AND d.collection = c.collection
 JOIN {schema}.collection col ON col.name = d.collection
-WHERE v.model IS DISTINCT FROM col.model
+WHERE v.model IS DISTINCT FROM col.model AND (%(collection)s::text IS NULL OR d.collection = %(collection)s)
 AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.collection = d.collection
 AND v.model IN (r.source_model, r.target_model))
 GROUP BY d.path;
@@ -65,12 +70,12 @@ GROUP BY d.path;
 -- A collection whose statistics are pending is not followed by them (store/term_stats.py).
 -- The bounds may be looser than a recount after deletes, never tighter.
 -- a collection's per-term statistics differ from its chunks
-WITH followed AS (SELECT c.* FROM {schema}.chunk c WHERE NOT EXISTS (
+WITH followed AS (SELECT c.* FROM {schema}.chunk c WHERE (%(collection)s::text IS NULL OR c.collection = %(collection)s) AND NOT EXISTS (
 SELECT 1 FROM {schema}.collection k WHERE k.name = c.collection AND k.term_stat_pending)),
 counted AS (SELECT c.collection, c.ts_config, u.lexeme, count(*) AS df,
 max(cardinality(u.positions)) AS max_tf, min(c.token_count) AS min_dl
 FROM followed c CROSS JOIN LATERAL unnest(c.tsv) AS u GROUP BY 1, 2, 3),
-kept AS (SELECT t.* FROM {schema}.term_stat t WHERE NOT EXISTS (
+kept AS (SELECT t.* FROM {schema}.term_stat t WHERE (%(collection)s::text IS NULL OR t.collection = %(collection)s) AND NOT EXISTS (
 SELECT 1 FROM {schema}.collection k WHERE k.name = t.collection AND k.term_stat_pending))
 SELECT coalesce(a.collection, t.collection) AS subject,
 count(*) || ' terms whose df or bounds differ from a recount' AS detail
@@ -83,8 +88,9 @@ GROUP BY 1;
 -- a collection's chunk count or total length differs from its chunks
 WITH counted AS (SELECT c.collection, c.ts_config, count(*) AS chunks,
 sum(c.token_count) AS tokens
-FROM {schema}.chunk c GROUP BY 1, 2),
-kept AS (SELECT t.* FROM {schema}.chunk_stat t WHERE t.chunks <> 0 OR t.tokens <> 0)
+FROM {schema}.chunk c WHERE (%(collection)s::text IS NULL OR c.collection = %(collection)s) GROUP BY 1, 2),
+kept AS (SELECT t.* FROM {schema}.chunk_stat t
+         WHERE (t.chunks <> 0 OR t.tokens <> 0) AND (%(collection)s::text IS NULL OR t.collection = %(collection)s))
 SELECT coalesce(c.collection, t.collection) AS subject,
 coalesce(t.chunks, 0) || ' chunks recorded, ' || coalesce(c.chunks, 0) || ' stored ('
 || coalesce(c.ts_config, t.ts_config)::text || ')' AS detail
@@ -96,10 +102,11 @@ WHERE k.name = coalesce(c.collection, t.collection) AND k.term_stat_pending);
 -- name: check_tsvector
 -- a chunk has no tsvector
 SELECT d.path AS subject, count(*) || ' chunks' AS detail FROM {schema}.chunk c JOIN {schema}.document d ON d.id = c.document_id AND d.collection = c.collection
-WHERE c.tsv IS NULL GROUP BY d.path;
+WHERE c.tsv IS NULL AND (%(collection)s::text IS NULL OR d.collection = %(collection)s) GROUP BY d.path;
 
 -- name: repair_documents
-UPDATE {schema}.document SET fingerprint = 'needs-repair' WHERE path = ANY(%(paths)s);
+UPDATE {schema}.document SET fingerprint = 'needs-repair'
+WHERE path = ANY(%(paths)s) AND (%(collection)s::text IS NULL OR collection = %(collection)s);
 
 -- name: repair_statistics
 INSERT INTO {schema}.collection (name, term_stat_pending) SELECT unnest(%(names)s::text[]), true
