@@ -48,3 +48,49 @@ def test_a_real_ingest_reports_every_chunk_embedded(db_url, embed_server, corpus
     assert progress.embedded == progress.queued == embed_server.texts_embedded == done
     assert any(f"{done}/{done} chunks embedded" in line for line in lines)
     assert any("chunks/s, ETA " in line for line in lines)
+
+
+def test_the_eta_covers_the_files_not_read_yet():
+    """The queue alone is a few groups ahead of the embedder: an ETA over it reads 0:00 for
+    most of a long run. The files counted before the walk, at the chunks per file read so
+    far, are the rest of the work."""
+    now = [0.0]
+    lines: list[str] = []
+    progress = IngestProgress(clock=lambda: now[0], write=lines.append, interval=0)
+    report = IngestReport(source_root="/docs", documents_seen=10, documents_indexed=10)
+    progress("planned", {"files": 100, "report": report})
+    assert lines == []  # nothing to say before the walk starts
+    progress("embedded", {"count": 10, "embedded": 10, "total": 50, "report": report})
+    now[0] = 10.0  # 30 more in 10 s: 3/s; 10 queued + 90 files x 5 chunks = 460 left
+    progress("embedded", {"count": 30, "embedded": 40, "total": 50, "report": report})
+    assert lines[-1].startswith("\r10/~100 documents seen")
+    assert "3.0 chunks/s, ETA 2:33" in lines[-1]
+    report.documents_seen = 100  # the walk is done: only the queue is left
+    progress("embedded", {"count": 4, "embedded": 44, "total": 50, "report": report})
+    assert lines[-1].startswith("\r100 documents seen") and "ETA 0:0" in lines[-1]
+
+
+def test_without_a_terminal_a_line_every_interval_and_nothing_redrawn():
+    now = [0.0]
+    lines: list[str] = []
+    progress = IngestProgress(clock=lambda: now[0], write=lines.append, interval=10.0, redraw=False)
+    report = IngestReport(source_root="/docs")
+    for t in (0.0, 4.0, 9.9, 10.0, 15.0, 20.5):
+        now[0] = t
+        progress("document", {"path": "a.md", "status": "indexed", "report": report})
+    assert len(lines) == 2 and all(line.endswith("\n") and "\r" not in line for line in lines)
+    progress.finish()
+    assert len(lines) == 2
+
+
+def test_the_estimate_counts_the_files_a_walk_reads(tmp_path):
+    from rag_pg.source.walk import WalkRules, estimate_documents, walk
+
+    for rel in ("a.md", "docs/b.md", "docs/c.mdx", "notes.txt", ".git/x.md", "legacy/old.md",
+                "private/secret.md", "docs/scratch.md"):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text("# T\n\nText.\n", encoding="utf-8")
+    (tmp_path / ".aiignore").write_text("private/\n", encoding="utf-8")
+    rules = WalkRules(excluded_paths=("docs/c.mdx",))
+    read = [f for f in walk(tmp_path, rules) if not hasattr(f, "reason")]
+    assert estimate_documents(tmp_path, rules) == len(read) == 2

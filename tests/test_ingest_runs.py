@@ -76,6 +76,38 @@ def test_sigterm_ends_an_ingest_in_one_line_and_records_it_aborted(db_url, embed
     assert runs(db_url) == [("aborted",)]
 
 
+@pytest.mark.parametrize("signum, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_an_interrupt_says_so_at_once_and_does_not_wait_for_the_batch_in_flight(
+        db_url, tmp_path, signum, code):
+    """Ctrl-C or SIGTERM while the embedder takes its time: a line at once, and the command
+    ends without waiting for the batch (the embedder would answer in ten minutes; the test
+    would time out first), its run recorded aborted, nothing of the batch written."""
+    from rag_pg.testing.embedserver import FakeEmbeddingServer
+
+    corpus = small_corpus(tmp_path / "c")
+    with FakeEmbeddingServer(dim=64, delay=600) as slow:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RAGPG_")}
+        env.update(cli_env(db_url, slow), RAGPG_EMBEDDING_MODEL=slow.model)
+        proc = subprocess.Popen([sys.executable, "-m", "rag_pg", "ingest", str(corpus)], env=env,
+                                cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            eventually(lambda: proc.poll() is None and slow.calls >= 1
+                       and runs(db_url) == [("running",)], "a batch in flight")
+            proc.send_signal(signum)
+            _, err = proc.communicate(timeout=120)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        assert slow.texts_embedded == 0  # the batch never came back
+    assert proc.returncode == code, err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert lines[-2].startswith("ragpg: stopping") and lines[-1].startswith("ragpg: error: ")
+    assert runs(db_url) == [("aborted",)]
+    with psycopg.connect(db_url) as conn:
+        assert values(conn, "SELECT count(*) FROM ragpg.chunk") == [0]
+
+
 # An interrupt raised inside a weakref callback, as the garbage collector runs them: Python
 # only prints it there. The CLI's hook sends the signal again, and the sleep after it ends.
 SWALLOWED_SIGTERM = """

@@ -19,8 +19,10 @@ from rag_pg.cli._common import (
     connection_error,
     connection_lost,
     fail,
+    on_sigint,
     on_sigterm,
     redeliver_swallowed_interrupts,
+    stop_now,
 )
 from rag_pg.errors import ConfigError, StoreError
 
@@ -53,6 +55,7 @@ def main() -> None:
     # SIGTERM (a service manager, `timeout`, docker stop) ends a command like Ctrl-C does:
     # cleanups run and one line says why. `ragpg serve` installs its own handler.
     signal.signal(signal.SIGTERM, on_sigterm)
+    signal.signal(signal.SIGINT, on_sigint)
     sys.unraisablehook = redeliver_swallowed_interrupts
     try:
         cli.main(standalone_mode=False, prog_name="ragpg")
@@ -62,11 +65,11 @@ def main() -> None:
         exc.show()
         sys.exit(EXIT_USAGE)
     except Terminated:
-        fail("terminated (SIGTERM)", EXIT_TERMINATED)
+        stop_now("terminated (SIGTERM)", EXIT_TERMINATED)
     except click.exceptions.Abort as exc:
         if isinstance(exc.__cause__, Terminated):  # click turns an interrupt into Abort
-            fail("terminated (SIGTERM)", EXIT_TERMINATED)
-        fail("aborted", 130)
+            stop_now("terminated (SIGTERM)", EXIT_TERMINATED)
+        stop_now("aborted", 130)
     except ConfigError as exc:
         fail(str(exc), EXIT_USAGE)
     except StoreError as exc:

@@ -118,8 +118,31 @@ class Terminated(KeyboardInterrupt):
     records its run as aborted, connections go back) before the one-line exit."""
 
 
+def announce_stop() -> None:
+    """Say at once that the command heard the signal (its cleanups may take a moment)."""
+    click.echo("ragpg: stopping: what is written stays whole, the rest is left for the next run",
+               err=True)
+
+
 def on_sigterm(signum: int, frame: FrameType | None) -> None:
+    announce_stop()
     raise Terminated
+
+
+def on_sigint(signum: int, frame: FrameType | None) -> None:
+    announce_stop()
+    raise KeyboardInterrupt
+
+
+def stop_now(message: str, code: int) -> NoReturn:
+    """The one-line exit of an interrupted command, without waiting for its worker threads:
+    an embedding batch still in flight is abandoned (nothing of it was written; each
+    document is written in one transaction, and the server rolls back an open one when
+    the connection goes)."""
+    click.echo(f"ragpg: error: {message}", err=True)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 # How long the signal sent again waits: the main thread first leaves the callback that
@@ -150,9 +173,9 @@ def run_guarded(fn: Callable[[], int | None]) -> None:
     except RagError as exc:
         fail(str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__, _exit_code(exc))
     except Terminated:
-        fail("terminated (SIGTERM)", EXIT_TERMINATED)
+        stop_now("terminated (SIGTERM)", EXIT_TERMINATED)
     except KeyboardInterrupt:
-        fail("interrupted", 130)
+        stop_now("interrupted", 130)
     except Exception as exc:
         if not connection_error(exc):
             raise

@@ -64,7 +64,14 @@ def ingest(obj: Context, root: str | None, full: bool, prune: bool, collection: 
         rag = obj.rag()
         if not no_init:
             rag.init()
-        progress = IngestProgress() if sys.stderr.isatty() and not as_json else None
+        # A terminal gets one line redrawn in place; anything else (a log, CI, cron) a line
+        # every 10 s, so that a long run shows it is alive. --json keeps stderr quiet.
+        if as_json:
+            progress = None
+        elif sys.stderr.isatty():
+            progress = IngestProgress()
+        else:
+            progress = IngestProgress(interval=10.0, redraw=False)
         report = rag.ingest(
             root or obj.settings.source.root, collection=collection, full=full, prune=prune,
             dry_run=dry_run, progress=progress,

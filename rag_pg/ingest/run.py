@@ -30,7 +30,7 @@ from rag_pg.models import FailedDocument, IngestReport, SkippedFile
 from rag_pg.source.chunk import Chunker
 from rag_pg.source.convert import DEFAULT_REGISTRY, ConversionPool
 from rag_pg.source.markdown.sites import detect_style
-from rag_pg.source.walk import WalkRules
+from rag_pg.source.walk import WalkRules, estimate_documents
 from rag_pg.store import checkpoints, tenancy
 from rag_pg.store.db import ConnectionSource
 from rag_pg.store.documents import PreparedDocument, Store, StoredState
@@ -48,6 +48,23 @@ _NON_DOCUMENTS = frozenset({"not_markdown", "unsupported_format"})
 STATISTICS_MIN_CHUNKS = 500
 STATISTICS_SHARE = 0.1
 ProgressFn = Callable[[str, dict[str, Any]], None]
+
+
+@contextmanager
+def _embedding_worker() -> Iterator[ThreadPoolExecutor]:
+    """The thread that embeds the next group while this one writes. On an interrupt (Ctrl-C,
+    SIGTERM) it is not waited for: its batch is abandoned (nothing of it was written) and
+    the command stops at once instead of after a slow model's batch."""
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ragpg-ingest-embed")
+    try:
+        yield pool
+    except KeyboardInterrupt:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    except BaseException:
+        pool.shutdown(wait=True, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
 
 
 @dataclass(slots=True)
@@ -121,6 +138,7 @@ class Ingestor:
         report = IngestReport(source_root=root_key, collection=collection, dry_run=dry_run)
         self.chunker = self._chunker(root_path)
         rules = self._walk_rules()
+        self.progress("planned", {"files": estimate_documents(root_path, rules), "report": report})
         with self.source.connection() as conn, self._lock(conn, collection, dry_run):
             opened = self._open(conn, collection, report, full=full, dry_run=dry_run)
             status = "failed"
@@ -250,7 +268,7 @@ class Ingestor:
         # Three stages at once: a thread reads and parses the next files (read_ahead), one
         # worker embeds the next group, and this thread writes the group before (_flush). The
         # conversion pool starts its worker process at the first file to convert.
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="ragpg-ingest-embed") as pool, \
+        with _embedding_worker() as pool, \
                 ConversionPool(time_limit=limits.time_limit,
                                memory_limit=limits.memory_limit_mb * 2**20) as converter, \
                 closing(read_ahead(preparer.events(root, rules, states, converter, full=full,

@@ -339,6 +339,23 @@ def _classify(relpath: str, data: bytes) -> SourceFile | SkippedFile:
 _DEFAULT_RULES = WalkRules()  # frozen: one shared default is safe
 
 
+def estimate_documents(root: Path | str, rules: WalkRules = _DEFAULT_RULES) -> int:
+    """About how many files a walk of ``root`` will read: the names its path filters and
+    formats admit, listed without opening a file (no symlink followed, no size or content
+    check), for a progress line's estimate of the work ahead. An estimate: never a decision."""
+    root_real = os.path.realpath(Path(root))
+    aiignore = load_aiignore(Path(root_real))
+    walker = _Walker(root_real, rules, aiignore)
+    count = 0
+    for folder, directories, files in os.walk(root_real):
+        relative = os.path.relpath(folder, root_real)
+        prefix = "" if relative == "." else relative.replace(os.sep, "/") + "/"
+        directories[:] = sorted(d for d in directories if d not in VCS_DIRECTORIES)
+        count += sum(1 for name in files if walker._kind(name) is not None
+                     and governance_reason(prefix + name, rules, aiignore) is None)
+    return count
+
+
 def walk(
     root: Path | str, rules: WalkRules = _DEFAULT_RULES
 ) -> Iterator[SourceFile | SkippedFile]:
