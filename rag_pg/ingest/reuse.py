@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from psycopg.rows import dict_row, scalar_row
 
 from rag_pg.models import Chunk
+from rag_pg.source.markdown.noise import quiet
 from rag_pg.source.tokens import embedding_text
 from rag_pg.store.queries import Queries
 
@@ -68,8 +69,12 @@ def stored_vectors(
 
 
 def group_keys(items: Sequence[PreparedDocument]) -> list[ReuseKey]:
-    """The distinct keys of the chunks of ``items``, in order of first appearance."""
-    return list(dict.fromkeys(reuse_key(c) for item in items for c in item.chunks))
+    """The distinct keys of the chunks of ``items`` to look up among the stored vectors, in
+    order of first appearance. A chunk holding a long URL or a blob is left out: a vector
+    stored before such spans were embedded in their short form (parser version 3) was made
+    of another text, and nothing stored tells the two apart; it is embedded again."""
+    return list(dict.fromkeys(reuse_key(c) for item in items for c in item.chunks
+                              if quiet(c.content) == c.content))
 
 
 @dataclass(slots=True)

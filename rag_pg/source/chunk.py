@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from rag_pg.errors import ConfigError
 from rag_pg.models import Chunk, Document
 from rag_pg.source.markdown import PARSER_VERSION
+from rag_pg.source.markdown.noise import weight
 from rag_pg.source.markdown.outline import Block, Heading, outline
 from rag_pg.source.markdown.slugs import SlugStyle, check_style, github_slug
 from rag_pg.source.markdown.split import Budget, Piece, split_block, trailing_sentences
@@ -112,7 +113,7 @@ class _Pack:
     def add(self, piece: Piece) -> None:
         self.pieces.append(piece)
         self.words += piece.words
-        self.chars += len(piece.text) + len(SEPARATOR)
+        self.chars += weight(piece.text) + len(SEPARATOR)
 
     def text(self) -> str:
         parts = ([self.tail] if self.tail else []) + [piece.text for piece in self.pieces]
@@ -199,14 +200,14 @@ class Chunker:
         for block in blocks:
             for piece in split_block(block, self._budget):
                 if current is not None and current.words + piece.words <= size and (
-                    current.chars + len(piece.text) <= self._budget.chars
+                    current.chars + weight(piece.text) <= self._budget.chars
                 ):
                     current.add(piece)
                     continue
                 if current is not None:
                     yield current
                 tail, tail_words, tail_start = self._tail(current, piece)
-                current = _Pack(tail, tail_words, tail_start, [], tail_words, len(tail) + 2)
+                current = _Pack(tail, tail_words, tail_start, [], tail_words, weight(tail) + 2)
                 current.add(piece)
         if current is not None:
             yield current
@@ -220,11 +221,11 @@ class Chunker:
         if previous is None or piece.words > self._budget.size:
             return "", 0, 0
         room = min(self._overlap_words, self._budget.size - piece.words)
-        room_chars = self._budget.chars - len(piece.text) - 2
+        room_chars = self._budget.chars - weight(piece.text) - 2
         taken: list[Piece] = []
         words = 0
         for candidate in reversed(previous.pieces):
-            if words + candidate.words <= room and sum(len(p.text) for p in taken) + len(
+            if words + candidate.words <= room and sum(weight(p.text) for p in taken) + weight(
                 candidate.text
             ) <= room_chars - 2 * len(taken):
                 taken.insert(0, candidate)
@@ -232,7 +233,7 @@ class Chunker:
                 continue
             if candidate.prose and not taken:
                 sentences = trailing_sentences(candidate.text, room)
-                if sentences and len(sentences) <= room_chars:
+                if sentences and weight(sentences) <= room_chars:
                     return sentences, len(sentences.split()), candidate.end - 1
             break
         if not taken:

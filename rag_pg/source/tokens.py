@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 
 from rag_pg.models import Chunk
+from rag_pg.source.markdown.noise import quiet
 
 SEPARATOR = "\n\n"  # between a chunk's pieces, and between its context and its content
 _CONTEXT_SEPARATOR = " › "
@@ -40,8 +41,10 @@ def context_prefix(chunk: Chunk) -> str:
 
 
 def embedding_text(chunk: Chunk) -> str:
-    """The text sent to the embedder; the stored ``content`` stays the chunk alone."""
-    return f"{context_prefix(chunk)}{SEPARATOR}{chunk.content}"
+    """The text sent to the embedder; the stored ``content`` stays the chunk alone, as written.
+    Long URLs, data URIs and blobs go in their short form (``noise.quiet``): they are not
+    what the passage means, and a model would spend its window on them."""
+    return f"{context_prefix(chunk)}{SEPARATOR}{quiet(chunk.content)}"
 
 
 def chunk_hash(section: str, content: str) -> str:

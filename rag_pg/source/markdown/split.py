@@ -4,7 +4,9 @@ A list splits between its items, a table between its rows (each piece keeps the 
 it is still a table), a code block between its lines (each piece keeps its fence lines, so
 it is still a code block), prose between sentences, and a sentence between words; a word
 longer than the character cap is cut by characters. Pieces of one block are grouped back
-up to the chunk size, joined as the source joined them.
+up to the chunk size, joined as the source joined them. Characters are counted by their
+``noise.weight``: a long URL or a blob weighs its short form, so it is neither cut up nor
+left alone in a chunk.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import textwrap
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+from rag_pg.source.markdown.noise import weight
 from rag_pg.source.markdown.outline import Block
 
 _SENTENCE_END = re.compile(r"(?<=[.!?…:;])[\"'»”)\]]*\s+|\n")
@@ -49,7 +52,7 @@ def split_block(block: Block, budget: Budget) -> Iterator[Piece]:
     words = len(block.text.split())
     prose = block.kind in _PROSE
     limit = budget.cap if prose else budget.size
-    if words <= limit and len(block.text) <= budget.chars:
+    if words <= limit and weight(block.text) <= budget.chars:
         yield Piece(block.text, words, block.start, block.end, prose)
     elif block.kind == "code":
         yield from map(_dedented, _code(block, budget))
@@ -74,12 +77,12 @@ def _grouped(pieces: Sequence[Piece], budget: Budget, head: str = "") -> Iterato
     group: list[Piece] = []
     words = head_words
     for piece in pieces:
-        fits = words + piece.words <= budget.size and _chars(group, head) + len(piece.text) < budget.chars
+        fits = words + piece.words <= budget.size and _chars(group, head) + weight(piece.text) < budget.chars
         if group and not fits:
             yield _merge(group, head)
             group, words = [], head_words
         if not group and head and (
-            head_words + piece.words > budget.size or len(head) + len(piece.text) >= budget.chars
+            head_words + piece.words > budget.size or len(head) + weight(piece.text) >= budget.chars
         ):
             yield piece  # no room for the header beside this one: it goes alone
             continue
@@ -90,7 +93,7 @@ def _grouped(pieces: Sequence[Piece], budget: Budget, head: str = "") -> Iterato
 
 
 def _chars(group: list[Piece], head: str) -> int:
-    return len(head) + sum(len(piece.text) + 2 for piece in group)
+    return len(head) + sum(weight(piece.text) + 2 for piece in group)
 
 
 def _merge(group: list[Piece], head: str) -> Piece:
@@ -133,18 +136,18 @@ def _code(block: Block, budget: Budget) -> Iterator[Piece]:
     for offset, line in enumerate(lines):
         line_number = block.start + 1 + offset
         line_words = len(line.split())
-        if group and (words + line_words > room.size or chars + len(line) + 1 > room.chars):
+        if group and (words + line_words > room.size or chars + weight(line) + 1 > room.chars):
             yield fenced(group, first, line_number)
             group, words, chars = [], 0, 0
         if not group:
             first = line_number
-        if line_words > room.size or len(line) + 1 > room.chars:
+        if line_words > room.size or weight(line) + 1 > room.chars:
             for part in _cut_words(line, room):
                 yield fenced([part], line_number, line_number + 1)
             continue
         group.append(line)
         words += line_words
-        chars += len(line) + 1
+        chars += weight(line) + 1
     if group:
         yield fenced(group, first, block.end)
 
@@ -160,23 +163,22 @@ def _prose(text: str, start: int, end: int, budget: Budget) -> Iterator[Piece]:
     if position < len(text):
         sentences.append(text[position:])
     group = ""
-    group_words = 0  # kept as a sum, so a paragraph of many sentences stays linear
+    group_words = group_chars = 0  # kept as sums, so a paragraph of many sentences stays linear
     for sentence in sentences:
-        words = len(sentence.split())
-        if words > budget.size or len(sentence) > budget.chars:
+        words, chars = len(sentence.split()), weight(sentence)
+        if words > budget.size or chars > budget.chars:
             if group.strip():
                 yield _piece(group.rstrip(), start, end, True)
-            group, group_words = "", 0
+            group, group_words, group_chars = "", 0, 0
             for part in _cut_words(sentence, budget):
                 yield _piece(part, start, end, True)
             continue
-        if group and (
-            group_words + words > budget.size or len(group) + len(sentence) > budget.chars
-        ):
+        if group and (group_words + words > budget.size or group_chars + chars > budget.chars):
             yield _piece(group.rstrip(), start, end, True)
-            group, group_words = "", 0
+            group, group_words, group_chars = "", 0, 0
         group += sentence
         group_words += words
+        group_chars += chars
     if group.strip():
         yield _piece(group.rstrip(), start, end, True)
 
@@ -184,20 +186,21 @@ def _prose(text: str, start: int, end: int, budget: Budget) -> Iterator[Piece]:
 def _cut_words(text: str, budget: Budget) -> Iterator[str]:
     """Runs of whole words of at most ``size`` words; a word over ``chars`` cut by characters."""
     group = ""
-    count = 0
+    count = chars = 0
     for match in _WORD.finditer(text):
         word = match.group(0)
-        while len(word.rstrip()) > budget.chars:
+        while weight(word.rstrip()) > budget.chars:
             if group.strip():
                 yield group.rstrip()
-            group, count = "", 0
+            group, count, chars = "", 0, 0
             yield word[: budget.chars]
             word = word[budget.chars :]
-        if group and (count + 1 > budget.size or len(group) + len(word) > budget.chars):
+        if group and (count + 1 > budget.size or chars + weight(word) > budget.chars):
             yield group.rstrip()
-            group, count = "", 0
+            group, count, chars = "", 0, 0
         group += word
         count += 1 if word.strip() else 0
+        chars += weight(word)
     if group.strip():
         yield group.rstrip()
 
