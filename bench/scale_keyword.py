@@ -170,7 +170,7 @@ def keyword_runs(conn: Any, a: Any, schema: str, texts: list[str]) -> list[dict[
 def explain(conn: Any, searcher: Any, plan: Any) -> list[str]:
     """The executed plan of one query (where its time goes), as EXPLAIN ANALYZE prints it."""
     with conn.transaction():
-        conn.execute(searcher.q("search_settings"), searcher.settings(plan))
+        searcher.apply_settings(conn, plan)
         return [r[0] for r in conn.execute(
             b"EXPLAIN (ANALYZE, BUFFERS) " + searcher.statement(plan).as_bytes(conn), searcher.params(plan))]
 

@@ -183,7 +183,7 @@ def test_no_parallel_worker_starts_for_a_branch_the_statement_skips(
                                  "min_parallel_table_scan_size", "min_parallel_index_scan_size"):
                         conn.execute(f"SET LOCAL {name} = 0")
                     if with_search_settings:
-                        conn.execute(searcher.q("search_settings"), searcher.settings(plan))
+                        searcher.apply_settings(conn, plan)
                     return "\n".join(values(conn, psycopg.sql.SQL("EXPLAIN (ANALYZE, COSTS OFF) ")
                                              + searcher.statement(plan), searcher.params(plan)))
 
