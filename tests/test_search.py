@@ -100,6 +100,25 @@ def test_k_is_honoured_and_max_per_document_caps_each_file(rag):
     assert sum(h.path == "book/chapter1.md" for h in two) == 2
 
 
+def test_max_per_section_gives_k_different_places_and_zero_keeps_every_chunk(db_url, embed_server, tree):
+    """One long section (chapter1's twelve paragraphs) no longer fills the list: each hit is
+    another place; the setting at 0 is the list as fused."""
+    query = "alpha3w1 alpha5w2 alpha7w3 beta1w1 marmotte"
+    with make_rag(db_url, embed_server, **{"chunk.size": 60, "chunk.overlap": 10}) as every:
+        every.init()
+        every.ingest(tree)
+        fused = every.search(query, 40, mode="hybrid")  # every candidate, as fused
+    with make_rag(db_url, embed_server, **{"chunk.size": 60, "chunk.overlap": 10,
+                                           "retrieval.max_per_section": 1}) as capped:
+        placed = capped.search(query, 8, mode="hybrid")
+    places = [(h.path, h.chunk.anchor) for h in placed]
+    assert len(places) == len(set(places)) and len(placed) >= 4
+    assert sum((h.path, h.chunk.anchor) == ("book/chapter1.md", "chapitre-un") for h in fused) > 1
+    assert placed[0].chunk_id == fused[0].chunk_id  # a section keeps its best fused chunk
+    assert [h.chunk_id for h in placed] == [h.chunk_id for h in fused if (h.path, h.chunk.anchor)
+                                            not in {(g.path, g.chunk.anchor) for g in fused[:fused.index(h)]}][:8]
+
+
 CAP_QUERIES = ["alpha3w1 marmotte", "marmotte renard hiver", "ERR_4711 chapitre", "alpha1w2 alpha9w9 beta2w3",
                "service systemctl marmotte"]
 

@@ -217,9 +217,14 @@ class RetrievalSettings:
     # ... or at most this share of a large collection's chunks (in at most exact_limit
     # documents): a filtered HNSW scan walks about 1/share more of the graph for its rows
     exact_share: float = 0.02
+    # Hits of one section (a document's heading) a result may hold, after fusion: a section's
+    # several chunks would otherwise fill the list where a reader wants k places (0: no cap).
+    max_per_section: int = 0
 
     def __post_init__(self) -> None:
         _require([
+            (self.max_per_section < 0,
+             f"retrieval.max_per_section must be >= 0 (got {self.max_per_section})"),
             (self.mode not in (None, "hybrid", "vector", "keyword"),
              f"retrieval.mode must be hybrid, vector or keyword (got {self.mode!r})"),
             (self.fusion not in FUSIONS,

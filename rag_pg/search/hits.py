@@ -174,15 +174,18 @@ def fuse(rows: Sequence[Candidate], plan: SearchPlan) -> list[tuple[int, float]]
 
 
 def shape(rows: Sequence[Candidate], plan: SearchPlan, *, reranker: Reranker | None = None) -> list[Hit]:
-    """Best hits first: chunks fused, optionally reranked, then capped per document (a
-    document's best fused chunks are the ones it keeps, so a document first in either leg is
-    never dropped for a weaker one of its chunks), cut at k, with their neighbour window and
+    """Best hits first: chunks fused, optionally reranked, then capped per document and per
+    section (a document's or a section's best fused chunks are the ones it keeps, so one first
+    in either leg is never dropped for a weaker one of its chunks), cut at k, with their neighbour window and
     expansion when asked."""
     hits = [hit_of(r) for r in ranked(rows, plan)]
     if reranker is not None:
         hits = reranker(hits)
     if plan.max_per_document:
         hits = cap_per_document(hits, lambda h: h.document_id, plan.max_per_document)
+    if plan.max_per_section:
+        hits = cap_per_document(hits, lambda h: (h.document_id, h.chunk.anchor, h.chunk.section),
+                                plan.max_per_section)
     hits = hits[: plan.k]
     if plan.neighbours > 0 or plan.expand:
         by_id = {c.chunk_id: c for c in rows}

@@ -71,6 +71,8 @@ class SearchPlan:
     level: int | None = None
     node_type: str | None = None
     max_per_document: int | None = None
+    #: hits of one section (document and heading) kept after fusion; 0 keeps all
+    max_per_section: int = 0
     neighbours: int = 0
     expand: Expansion | None = None
     weights: Mapping[str, float] = field(default_factory=lambda: {"vector": 1.0, "keyword": 1.0})

@@ -189,6 +189,7 @@ class SearchRunner:
             vector_kind=(info.vector_kind or vector_kind(info.dimension or 0)) if vector_leg else None,
             path_prefix=options.path_prefix, level=options.level,
             node_type=options.node_type, max_per_document=options.max_per_document,
+            max_per_section=r.max_per_section,
             neighbours=int(options.neighbours or 0), expand=options.expand,
             rrf_k=r.rrf_k, fusion=r.fusion, ef_search=r.ef_search, exact_limit=r.exact_limit,
             exact_share=r.exact_share,
