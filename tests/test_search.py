@@ -55,7 +55,9 @@ def tree(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def rag(db_url: str, embed_server: Any, tree: Path) -> Any:
-    with make_rag(db_url, embed_server, **{"chunk.size": 60, "chunk.overlap": 10}) as r:
+    # The list as fused (no per-section cap): these tests are about the legs and the fusion.
+    with make_rag(db_url, embed_server, **{"chunk.size": 60, "chunk.overlap": 10,
+                                           "retrieval.max_per_section": 0}) as r:
         r.init()
         r.ingest(tree)
         yield r
@@ -104,13 +106,13 @@ def test_max_per_section_gives_k_different_places_and_zero_keeps_every_chunk(db_
     """One long section (chapter1's twelve paragraphs) no longer fills the list: each hit is
     another place; the setting at 0 is the list as fused."""
     query = "alpha3w1 alpha5w2 alpha7w3 beta1w1 marmotte"
-    with make_rag(db_url, embed_server, **{"chunk.size": 60, "chunk.overlap": 10}) as every:
+    with make_rag(db_url, embed_server, **{"chunk.size": 60, "chunk.overlap": 10,
+                                           "retrieval.max_per_section": 0}) as every:
         every.init()
         every.ingest(tree)
         fused = every.search(query, 40, mode="hybrid")  # every candidate, as fused
-    with make_rag(db_url, embed_server, **{"chunk.size": 60, "chunk.overlap": 10,
-                                           "retrieval.max_per_section": 1}) as capped:
-        placed = capped.search(query, 8, mode="hybrid")
+    with make_rag(db_url, embed_server, **{"chunk.size": 60, "chunk.overlap": 10}) as capped:
+        placed = capped.search(query, 8, mode="hybrid")  # the default: one hit per section
     places = [(h.path, h.chunk.anchor) for h in placed]
     assert len(places) == len(set(places)) and len(placed) >= 4
     assert sum((h.path, h.chunk.anchor) == ("book/chapter1.md", "chapitre-un") for h in fused) > 1

@@ -219,7 +219,7 @@ class RetrievalSettings:
     exact_share: float = 0.02
     # Hits of one section (a document's heading) a result may hold, after fusion: a section's
     # several chunks would otherwise fill the list where a reader wants k places (0: no cap).
-    max_per_section: int = 0
+    max_per_section: int = 1
 
     def __post_init__(self) -> None:
         _require([
