@@ -19,6 +19,7 @@ import pytest
 from psycopg import sql
 
 from rag_pg import RagPG, Settings
+from rag_pg.cli.progress import PREFIX as PROGRESS
 from rag_pg.errors import CollectionNotFound, ConfigError
 from rag_pg.search.plan import SearchPlan
 from rag_pg.search.statement import Searcher
@@ -343,7 +344,7 @@ def test_a_worker_down_ends_a_search_and_an_ingest_in_one_line_and_loses_nothing
     finally:
         cluster.start(holder)
     for result in (searched, ingested):
-        lines = result.stderr.strip().splitlines()
+        lines = [line for line in result.stderr.strip().splitlines() if not line.startswith(PROGRESS)]
         assert result.returncode == 3, result.stderr
         assert len(lines) == 1 and "database" in lines[0], result.stderr
     assert statistics(cluster.url, schema) == before  # nothing half-written

@@ -14,6 +14,7 @@ import psycopg
 import pytest
 
 from rag_pg import RagPG, Settings
+from rag_pg.cli.progress import PREFIX as PROGRESS
 from rag_pg.errors import DatabaseTimeout
 from rag_pg.store.db import KEEPALIVE_OPTIONS, PoolSource
 
@@ -68,7 +69,7 @@ def test_a_frozen_backend_ends_the_ingest_within_its_deadline(own_pg, tmp_path):
     took = time.monotonic() - started
     assert pidfile.read_text().strip(), "the hook froze no backend"
     assert proc.returncode == 3, err
-    lines = [line for line in err.splitlines() if line.strip()]
+    lines = [line for line in err.splitlines() if line.strip() and not line.startswith(PROGRESS)]
     assert len(lines) == 1 and "Traceback" not in err, err
     assert lines[0].startswith("ragpg: error: the database did not answer within 3 s"), err
     assert took >= DEADLINE  # it did wait for the server, then gave up

@@ -18,6 +18,7 @@ import psycopg
 import pytest
 
 from rag_pg import RagPG, Settings
+from rag_pg.cli.progress import PREFIX as PROGRESS
 from rag_pg.serve import catalog
 from rag_pg.testing.embedserver import FakeEmbeddingServer
 
@@ -213,7 +214,7 @@ def test_with_the_primary_stopped_searches_go_on_and_ingest_fails_in_one_line(pa
     assert '"en/ops/connection-pooling.md"' in out.stdout
     out = run_cli(["ingest", str(pair.corpus)], env=env)
     assert out.returncode == 3
-    lines = out.stderr.strip().splitlines()
+    lines = [line for line in out.stderr.strip().splitlines() if not line.startswith(PROGRESS)]
     assert len(lines) == 1 and lines[0].startswith("ragpg: error: database unavailable at"), out.stderr
 
     # The HTTP API, started while the primary is down, answers from the replica.

@@ -10,6 +10,10 @@ import click
 
 from rag_pg.models import IngestReport
 
+# A line of a log (not redrawn) says what it is: a reader, or a test counting a command's
+# error lines, tells it from the one-line error a failed command ends with.
+PREFIX = "ragpg: progress: "
+
 
 class IngestProgress:
     """The state of an ingest on stderr, at most every ``interval`` seconds of ``clock``: one
@@ -51,7 +55,7 @@ class IngestProgress:
             return
         self.last = now
         line = self.line(report, now)
-        self.write("\r" + line + "  " if self.redraw else line + "\n")
+        self.write("\r" + line + "  " if self.redraw else f"{PREFIX}{line}\n")
 
     def rate(self, now: float) -> float | None:
         """Chunks per second since the first batch; None before a second one came back."""
