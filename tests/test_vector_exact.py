@@ -39,8 +39,10 @@ def rag(db_url: str, embed_server: Any, tmp_path: Path) -> Iterator[RagPG]:
     root.mkdir()
     for rel, text in TREE.items():
         (root / rel).write_text(text, encoding="utf-8")
+    # The list as the vector leg ranks it: no per-section cap (long.md is one section).
     settings = Settings.load(environ={}, overrides={
-        "embedding.url": embed_server.url, "chunk.size": 20, "chunk.overlap": 0})
+        "embedding.url": embed_server.url, "chunk.size": 20, "chunk.overlap": 0,
+        "retrieval.max_per_section": 0})
     with RagPG(db_url, settings) as r:
         r.init()
         r.ingest(root)
