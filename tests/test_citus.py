@@ -248,7 +248,7 @@ PUSHED_DOWN = {"term_stats_add_documents", "chunk_stats_add_documents", "term_st
                "chunk_stats_count"}
 WRITES = {  # the statements of an ingest, with parameters of one collection
     "document_upsert": None, "chunks_delete_for_documents": {"ids": [1, 2]},
-    "term_stats_drop_documents": {"ids": [1, 2]}, "term_stats_subtract_documents": {"ids": [1, 2]},
+    "term_stats_subtract_documents": {"ids": [1, 2]},
     "chunk_stats_subtract_documents": {"ids": [1, 2]}, "term_stats_add_documents": {"ids": [1, 2]},
     "chunk_stats_add_documents": {"ids": [1, 2]}, "documents_prune": {"paths": ["a.md"]},
     "term_stats_drop": {}, "term_stats_count": {}, "chunk_stats_count": {},

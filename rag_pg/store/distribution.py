@@ -39,7 +39,7 @@ from psycopg import sql
 from psycopg.rows import dict_row, scalar_row
 
 from rag_pg.errors import ConfigError
-from rag_pg.store.queries import Queries
+from rag_pg.store.queries import Queries, statement
 
 DISTRIBUTIONS = ("collection",)
 REFERENCE = ("collection", "tenant_collection", "tenant_role")
@@ -50,7 +50,7 @@ ANCHOR = "document"  # the colocation group: the tables above are colocated with
 
 def citus_present(conn: psycopg.Connection[Any]) -> bool:
     with conn.cursor(row_factory=scalar_row) as cur:
-        return bool(cur.execute(Queries("ragpg")("citus_present")).fetchone())
+        return bool(cur.execute(statement("citus_present")).fetchone())
 
 
 def distributed(conn: psycopg.Connection[Any], schema: str) -> bool:

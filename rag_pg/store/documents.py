@@ -161,11 +161,8 @@ class Store(VectorIndexes, RunLog, TermStatistics):
         """Subtract (before a delete) or add (after a write) the documents' chunks to the term
         statistics, where the writer keeps them."""
         params = {"collection": collection, "ids": ids}
-        names = (("term_stats_drop_documents", "term_stats_subtract_documents",
-                  "chunk_stats_subtract_documents") if direction == "subtract"
-                 else ("term_stats_add_documents", "chunk_stats_add_documents"))
-        for name in names:
-            cur.execute(self.q(name), params)
+        cur.execute(self.q(f"term_stats_{direction}_documents"), params)
+        cur.execute(self.q(f"chunk_stats_{direction}_documents"), params)
 
     # -- writes ------------------------------------------------------------------------
 

@@ -231,27 +231,25 @@ ORDER BY 1;
 -- pending collection is left out, as by the triggers. Every statement names one collection
 -- and joins on it, so a cluster runs it whole on the shard that holds it (Citus would run a
 -- MERGE through the coordinator, shipping the configurations' object ids between nodes).
--- name: term_stats_drop_documents
-DELETE FROM {schema}.term_stat t
-USING (SELECT o.collection, o.ts_config, u.lexeme, count(*) AS df
-       FROM {schema}.chunk o CROSS JOIN LATERAL unnest(o.tsv) AS u
-       WHERE o.collection = %(collection)s AND o.document_id = ANY(%(ids)s)
-         AND NOT (SELECT k.term_stat_pending FROM {schema}.collection k
-                  WHERE k.name = %(collection)s)
-       GROUP BY 1, 2, 3) g
-WHERE t.collection = %(collection)s AND t.collection = g.collection AND t.ts_config = g.ts_config
-  AND t.lexeme = g.lexeme AND t.df <= g.df;
-
 -- name: term_stats_subtract_documents
+-- The documents' terms counted once; a term left at no chunk goes, the others lose their count.
+WITH g AS MATERIALIZED (
+    SELECT o.collection, o.ts_config, u.lexeme, count(*) AS df
+    FROM {schema}.chunk o CROSS JOIN LATERAL unnest(o.tsv) AS u
+    WHERE o.collection = %(collection)s AND o.document_id = ANY(%(ids)s)
+      AND NOT (SELECT k.term_stat_pending FROM {schema}.collection k
+               WHERE k.name = %(collection)s)
+    GROUP BY 1, 2, 3
+),
+emptied AS (
+    DELETE FROM {schema}.term_stat t USING g
+    WHERE t.collection = %(collection)s AND t.collection = g.collection
+      AND t.ts_config = g.ts_config AND t.lexeme = g.lexeme AND t.df <= g.df
+)
 UPDATE {schema}.term_stat t SET df = t.df - g.df
-FROM (SELECT o.collection, o.ts_config, u.lexeme, count(*) AS df
-      FROM {schema}.chunk o CROSS JOIN LATERAL unnest(o.tsv) AS u
-      WHERE o.collection = %(collection)s AND o.document_id = ANY(%(ids)s)
-        AND NOT (SELECT k.term_stat_pending FROM {schema}.collection k
-                 WHERE k.name = %(collection)s)
-      GROUP BY 1, 2, 3) g
+FROM g
 WHERE t.collection = %(collection)s AND t.collection = g.collection AND t.ts_config = g.ts_config
-  AND t.lexeme = g.lexeme;
+  AND t.lexeme = g.lexeme AND t.df > g.df;
 
 -- name: chunk_stats_subtract_documents
 UPDATE {schema}.chunk_stat t SET chunks = t.chunks - g.chunks, tokens = t.tokens - g.tokens
