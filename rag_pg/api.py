@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -27,7 +27,7 @@ from rag_pg.search.plan import (
     Expansion,
     Mode,
 )
-from rag_pg.store import distribution, records, replica, tenancy
+from rag_pg.store import distribution, permissions, records, replica, tenancy
 from rag_pg.store.boundary import guarded_methods
 from rag_pg.store.db import (
     ConnectionSource,
@@ -76,6 +76,7 @@ class RagPG:
         provider: EmbeddingProvider | None = None,
         warn: Callable[[str], None] | None = None,
         tenant: str | None = None,
+        principals: Sequence[str] | None = None,
     ):
         self.settings = settings or Settings()
         self.warn = warn or (lambda message: None)
@@ -91,9 +92,14 @@ class RagPG:
             target, pool_size=self.settings.database.pool_size,
             connect_timeout=self.settings.database.connect_timeout,
             call_timeout=self.settings.database.call_timeout or None), t.enabled, tenant or t.tenant)
-        # Read-only operations borrow from here: a replica's pool with database.read_url.
-        self.reads = tenancy.scoped(replica.ReadRouter(self.source, self.settings.database),
-                                    t.enabled, tenant or t.tenant)
+        # Read-only operations borrow from here: a replica's pool with database.read_url. They
+        # read as the principals given (or the configured ones): docs/permissions.md.
+        acting = permissions.principals_of(
+            principals if principals is not None else self.settings.permissions.principals)
+        self.reads = permissions.scoped(
+            tenancy.scoped(replica.ReadRouter(self.source, self.settings.database),
+                           t.enabled, tenant or t.tenant),
+            self.settings.database.schema, acting)
         self._provider = provider
         self._owns_provider = provider is None  # never close what the caller handed over
         self._provider_lock = threading.Lock()
@@ -157,7 +163,14 @@ class RagPG:
             self.store.forget_layout()
             if self.settings.tenancy.enabled:
                 tenancy.enable(conn, self.settings.database.schema)
+            if self.settings.permissions.enabled:
+                permissions.enable(conn, self.settings.database.schema)
             return revision
+
+    def acting_as(self, principals: Sequence[str] | None) -> AbstractContextManager[None]:
+        """A block whose reads act as ``principals`` (None: no restriction), whatever this
+        object's own: ``with rag.acting_as(user_groups): rag.search(...)``."""
+        return permissions.acting_as(principals)
 
     def _checked(self, conn: psycopg.Connection[Any]) -> psycopg.Connection[Any]:
         with conn.transaction():
@@ -300,6 +313,10 @@ class RagPG:
             stats = records.stats(conn, self.store.q, collection)
             if stats.documents == 0 and stats.model is None and stats.last_run is None:
                 self._require_collection(conn, collection)
+            if permissions.reading_as() is not None:
+                # Counted by the policies for these principals; the last run's counts are
+                # the whole collection's: left out.
+                return replace(stats, last_run=None)
         if stats.last_run is not None and stats.last_run.status == "running":
             stats = self._settle_last_run(stats)
         return stats

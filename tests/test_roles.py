@@ -304,6 +304,7 @@ def test_cli_create_reader(db_url: str, role_names: Callable[[], str], tmp_path:
         "views": list(PUBLISHED_VIEWS),
         "functions": ["keyword_search(text, integer, text)", "tenant_collections()"],
         "statement_timeout": "45s", "connection_limit": 10, "password_set": True, "tenant": None,
+            "principals": None,
     }
     assert "s3cret" not in out.stdout + out.stderr
     with psycopg.connect(as_user(db_url, name), autocommit=True) as conn:

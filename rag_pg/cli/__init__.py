@@ -33,14 +33,19 @@ EXIT_UNAVAILABLE = 3
 @click.option("--database-url", envvar=None, help="PostgreSQL URL (default: RAGPG_DATABASE_URL, DATABASE_URL, config, else the embedded server).")
 @click.option("--config", "config_file", type=click.Path(dir_okay=False), help="A ragpg.toml (or pyproject.toml with [tool.ragpg]).")
 @click.option("--schema", default=None, help="Postgres schema of the index (default ragpg).")
+@click.option("--as", "acting", metavar="PRINCIPAL", multiple=True,
+              help="Read as this principal (repeat for several): only the documents it may read"
+              " (docs/permissions.md; default: permissions.principals, else every document).")
 @click.option("--verbose", "-v", is_flag=True,
               help="Say more on stderr: the embedded PostgreSQL used, psycopg_pool's connection log.")
 @click.version_option(package_name="ragpg")
 @click.pass_context
 def cli(ctx: click.Context, database_url: str | None, config_file: str | None, schema: str | None,
-        verbose: bool) -> None:
+        acting: tuple[str, ...], verbose: bool) -> None:
     """ragpg: hybrid retrieval (pgvector + keywords) over a Markdown tree, with citable provenance."""
-    context = Context(database_url, config_file, {"database.schema": schema}, verbose=verbose)
+    overrides = {"database.schema": schema,
+                 "permissions.principals": ",".join(acting) if acting else None}
+    context = Context(database_url, config_file, overrides, verbose=verbose)
     ctx.obj = context
     ctx.call_on_close(context.close)
 

@@ -1,4 +1,5 @@
-"""CLI commands of the SQL surface (``ragpg roles ...``, ``ragpg tenancy ...``), attached to the main group."""
+"""CLI commands of the SQL surface (``ragpg roles ...``, ``ragpg tenancy ...``, ``ragpg
+permissions ...``), attached to the main group."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ import click
 
 from rag_pg.cli._common import EXIT_OK, Context, emit_json, run_guarded
 from rag_pg.config import env_secret
+from rag_pg.config.principals import principals as principals_of
 from rag_pg.config.sections import READER_CONNECTION_LIMIT, READER_STATEMENT_TIMEOUT
 from rag_pg.errors import ConfigError
 
@@ -41,6 +43,9 @@ def roles() -> None:
 @click.option("--tenant", metavar="T", default=None,
               help="Bind the role to tenant T: under tenancy it sees T's collections only,"
               " and cannot choose another tenant (docs/tenancy.md).")
+@click.option("--principals", metavar="P,...", default=None,
+              help="Bind the role to these principals: with permissions enabled it reads only"
+              " the documents they may read, whatever it sets (docs/permissions.md).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON document.")
 @click.pass_obj
 def create_reader(
@@ -50,6 +55,7 @@ def create_reader(
     statement_timeout: str,
     connection_limit: int,
     tenant: str | None,
+    principals: str | None,
     as_json: bool,
 ) -> None:
     """Create (or update) NAME: a read-only login for BI tools and psql.
@@ -74,6 +80,7 @@ def create_reader(
                 statement_timeout=statement_timeout,
                 connection_limit=connection_limit,
                 tenant=tenant,
+                principals=None if principals is None else principals_of(principals),
             )
         if as_json:
             emit_json(role.to_dict())
@@ -87,6 +94,8 @@ def create_reader(
                 f" statement_timeout {role.statement_timeout}"
                 + ("; password set" if role.password_set else "")
                 + (f"; bound to tenant {role.tenant}" if role.tenant else "")
+                + (f"; reads as {', '.join(role.principals) or 'no principal'}"
+                   if role.principals is not None else "")
             )
         return EXIT_OK
 
@@ -219,4 +228,65 @@ def tenancy_status(obj: Context, as_json: bool) -> None:
     run_guarded(go)
 
 
-COMMANDS = [roles, tenancy]
+@click.group("permissions")
+def permissions() -> None:
+    """Who may read which document, enforced by row-level security (docs/permissions.md)."""
+
+
+@permissions.command("enable")
+@click.pass_obj
+def permissions_enable(obj: Context) -> None:
+    """Install the reader policy on document, chunk and chunk_vector.
+
+    Idempotent: rerun after `ragpg init` upgraded the schema. Run as the owner with CREATEROLE.
+    """
+    from rag_pg.store import permissions as permissions_lib
+
+    def go() -> int:
+        with obj.rag().source.connection() as conn:
+            held = permissions_lib.enable(conn, obj.settings.database.schema)
+        click.echo(f"reader policy on {len(held)} tables: {', '.join(held)}")
+        return EXIT_OK
+
+    run_guarded(go)
+
+
+@permissions.command("disable")
+@click.pass_obj
+def permissions_disable(obj: Context) -> None:
+    """Remove the reader policy (every login reads every document of its collections again)."""
+    from rag_pg.store import permissions as permissions_lib
+
+    def go() -> int:
+        with obj.rag().source.connection() as conn:
+            released = permissions_lib.disable(conn, obj.settings.database.schema)
+        click.echo(f"reader policy removed from {len(released)} tables")
+        return EXIT_OK
+
+    run_guarded(go)
+
+
+@permissions.command("status")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON document.")
+@click.pass_obj
+def permissions_status(obj: Context, as_json: bool) -> None:
+    """Which tables the reader policy holds, and the readers bound to principals."""
+    from rag_pg.store import permissions as permissions_lib
+
+    def go() -> int:
+        with obj.rag().source.connection() as conn:
+            state = permissions_lib.status(conn, obj.settings.database.schema)
+        if as_json:
+            emit_json(state.to_dict())
+            return EXIT_OK
+        click.echo(f"permissions {'enabled' if state.enabled else 'not enabled'}: reader policy on"
+                   f" {', '.join(state.held) or 'no table'}"
+                   + (f"; NOT on {', '.join(state.not_held)}" if state.not_held else ""))
+        for role, bound in state.readers.items():
+            click.echo(f"role {role}: reads as {', '.join(bound) or 'no principal'}")
+        return EXIT_OK
+
+    run_guarded(go)
+
+
+COMMANDS = [roles, tenancy, permissions]

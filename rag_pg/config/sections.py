@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, fields, replace
 
 from rag_pg.config.citation import check_template
 from rag_pg.config.egress import EgressPolicy
+from rag_pg.config.principals import DEFAULTS, principals
 from rag_pg.errors import ConfigError
 
 FUSIONS = ("rrf", "convex", "adaptive")  # how a search fuses its legs' ranks
@@ -440,6 +441,30 @@ class TenancySettings:
         ])
 
 
+@dataclass(frozen=True, slots=True)
+class PermissionsSettings:
+    """``[permissions]``: who may read each document, enforced by row-level security
+    (docs/permissions.md)."""
+
+    enabled: bool = False  # `ragpg init` installs the reader policies
+    # The readers of a document that neither its front matter nor .ragpg-access names:
+    # "everyone" (who may read the collection) or "nobody" (deny by default).
+    default: str = "everyone"
+    # The principals ragpg acts as when a call names none (the CLI's --as, the service):
+    # unset, an administrator's connection reads every document.
+    principals: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        _require([
+            (not isinstance(self.enabled, bool), "permissions.enabled must be true or false"),
+            (self.default not in DEFAULTS,
+             f"permissions.default must be everyone or nobody (got {self.default!r})"),
+        ])
+        if self.principals is not None:
+            object.__setattr__(self, "principals", principals(self.principals,
+                                                              "permissions.principals"))
+
+
 def listen_address(value: str) -> tuple[str, int]:
     """``host:port`` (``[::1]:5433`` for IPv6) -> (host, port), else a ConfigError."""
     match = re.fullmatch(r"\[([0-9A-Fa-f:.]+)\]:(\d{1,5})|([^:\s\[\]]+):(\d{1,5})", value.strip())
@@ -464,4 +489,5 @@ SECTIONS: dict[str, type] = {
     "convert": ConvertSettings,
     "embedded": EmbeddedSettings,
     "tenancy": TenancySettings,
+    "permissions": PermissionsSettings,
 }

@@ -23,6 +23,7 @@ from rag_pg.config.sections import (
     EmbeddingSettings,
     IndexSettings,
     LLMSettings,
+    PermissionsSettings,
     RerankSettings,
     RetrievalSettings,
     ServerSettings,
@@ -56,6 +57,7 @@ class Settings:
     convert: ConvertSettings = field(default_factory=ConvertSettings)
     embedded: EmbeddedSettings = field(default_factory=EmbeddedSettings)
     tenancy: TenancySettings = field(default_factory=TenancySettings)
+    permissions: PermissionsSettings = field(default_factory=PermissionsSettings)
     collection: str = "default"
     config_file: str | None = None
 

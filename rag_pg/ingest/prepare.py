@@ -23,6 +23,7 @@ from rag_pg.errors import RagError, first_line
 from rag_pg.models import SkippedFile
 from rag_pg.source import language
 from rag_pg.source import token_window as window
+from rag_pg.source.access import AccessRules
 from rag_pg.source.chunk import Chunker
 from rag_pg.source.convert import ConversionError, ConversionPool, fingerprint_part, to_document
 from rag_pg.source.walk import SourceFile, WalkRules, walk
@@ -67,10 +68,13 @@ Event = SkippedFile | Unchanged | Failed | Prepared
 class Preparer:
     """What one run does to each file before the database sees it."""
 
-    def __init__(self, settings: Settings, chunker: Chunker, provider: EmbeddingProvider):
+    def __init__(self, settings: Settings, chunker: Chunker, provider: EmbeddingProvider,
+                 access: AccessRules | None = None):
         self.settings = settings
         self.chunker = chunker
         self.provider = provider
+        # Who reads each document, when neither its front matter says (the tree's rules).
+        self.access = access or AccessRules(default=settings.permissions.default)
 
     def fingerprint(self, model: str | None, item: SourceFile) -> str:
         """The pipeline fingerprint of ``item`` (the write path and the unchanged check)."""
@@ -79,6 +83,7 @@ class Preparer:
             chunk.size, chunk.overlap, model, max_tokens=chunk.max_tokens,
             anchor_style=self.chunker.slug_style,
             convert=fingerprint_part(item.path) if item.kind == "convert" else "",
+            access=self.access.fingerprint_part(item.path),
         )
 
     def unchanged(self, item: SourceFile, stored: Any, model: str | None) -> bool:
@@ -128,6 +133,7 @@ class Preparer:
                     language=language.detect(document.content, document.front_matter, default_language),
                     fingerprint=fp,
                     source_root=root_key,
+                    readers=self.access.readers(item.path, document.front_matter),
                 )
             except ConversionError as exc:
                 yield Failed(item.path, f"cannot convert: {exc.reason}", exc.kind, converted)

@@ -27,6 +27,7 @@ from rag_pg.ingest import parents, reuse
 from rag_pg.ingest.embed_groups import EmbeddedGroup, GroupEmbedder
 from rag_pg.ingest.prepare import Failed, Preparer, Unchanged, read_ahead
 from rag_pg.models import FailedDocument, IngestReport, SkippedFile
+from rag_pg.source.access import AccessRules
 from rag_pg.source.chunk import Chunker
 from rag_pg.source.convert import DEFAULT_REGISTRY, ConversionPool
 from rag_pg.source.markdown.sites import detect_style
@@ -264,7 +265,8 @@ class Ingestor:
         seen: set[str] = set()
         pending = _Pending()
         limits = self.settings.convert
-        preparer = Preparer(self.settings, self.chunker, self.provider)
+        preparer = Preparer(self.settings, self.chunker, self.provider,
+                            AccessRules.load(root, self.settings.permissions.default))
         # Three stages at once: a thread reads and parses the next files (read_ahead), one
         # worker embeds the next group, and this thread writes the group before (_flush). The
         # conversion pool starts its worker process at the first file to convert.

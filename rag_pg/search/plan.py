@@ -83,6 +83,10 @@ class SearchPlan:
     exact_share: float = 0.0
     max_scan_tuples: int = 50000
     iterative_scan: str = "relaxed_order"
+    #: the principals the search reads as (None: no restriction): a filter like the others,
+    #: so that a user who may read few documents gets k hits from the exact branch; the
+    #: reader policy (rag_pg.store.permissions) holds the same rows whatever the statement
+    readers: tuple[str, ...] | None = None
     #: exact vector search or the index, decided by the caller; None: the statement decides,
     #: from the collection's size (a whole collection) or the filters' (``vec_scope``).
     exact: bool | None = None

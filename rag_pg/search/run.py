@@ -37,7 +37,7 @@ from rag_pg.search.query_vectors import QueryVectors
 from rag_pg.search.question import keyword_text
 from rag_pg.search.rerank import Reranker
 from rag_pg.search.statement import Searcher
-from rag_pg.store import distribution, records, tenancy
+from rag_pg.store import distribution, permissions, records, tenancy
 from rag_pg.store.boundary import database_errors
 from rag_pg.store.db import ConnectionSource, prepare, read_snapshot
 from rag_pg.store.vector_index import vector_kind
@@ -171,7 +171,8 @@ class SearchRunner:
         if filters is not None and not isinstance(filters, Mapping):
             raise ConfigError("filters must be a mapping of front-matter keys to values")
         candidates = max(r.candidates, k)
-        if (mode == "vector" and not use_rerank and unfiltered(
+        readers = permissions.reading_as()
+        if (mode == "vector" and not use_rerank and readers is None and unfiltered(
                 options.path_prefix, filters, options.level, options.node_type)):
             # A whole collection with nothing to fuse or rerank: k rows are enough (the
             # index's breadth is ef_search; with a filter, the extra rows also widen the
@@ -197,7 +198,7 @@ class SearchRunner:
             bm25=BM25Params(r.bm25_k1, r.bm25_b), max_scan_tuples=r.max_scan_tuples,
             iterative_scan=r.iterative_scan,
             keyword_exhaustive=info.term_stat_pending and mode != "vector",
-            routed=bool(self._routed),
+            routed=bool(self._routed), readers=readers,
         )
         return settle(plan, iterative_scans=info.iterative_scans)
 

@@ -75,12 +75,15 @@ class Searcher:
             names.append("search_filter_level")
         if plan.node_type is not None:
             names.append("search_filter_node_type")
+        if plan.readers is not None:
+            names.append("search_filter_readers")
         return sql.SQL("\n      AND ").join(self._sql(n) for n in names)
 
     @staticmethod
     def whole_collection(plan: SearchPlan) -> bool:
         """No filter beyond the collection: the caller may decide exact vs index itself."""
-        return unfiltered(plan.path_prefix, plan.front_matter, plan.level, plan.node_type)
+        return (plan.readers is None
+                and unfiltered(plan.path_prefix, plan.front_matter, plan.level, plan.node_type))
 
     @classmethod
     def collection_scan(cls, plan: SearchPlan) -> bool:
@@ -162,6 +165,7 @@ class Searcher:
             "level": plan.level,
             "node_type": plan.node_type,
             "neighbours": plan.neighbours,
+            "readers": None if plan.readers is None else list(plan.readers),
         }
         if plan.mode in ("hybrid", "vector"):
             params["qvec"] = plan.query_vector

@@ -136,13 +136,13 @@ def _directory_excluded(spec: pathspec.PathSpec[Any], directory: str) -> bool:
     return excluded
 
 
-def load_aiignore(root: Path) -> pathspec.PathSpec[Any] | None:
-    """The root's ``.aiignore``; a file that exists but cannot be used is a ConfigError.
-
-    Failing closed: indexing what the user asked to hide would be worse than stopping.
-    """
+def read_root_file(root: Path, name: str, limit: int) -> tuple[str, str] | None:
+    """The text of the root's own file ``name`` and its path, None when there is none; a file
+    that exists but cannot be used (a link out of the root, not a regular file, larger than
+    ``limit`` bytes, not UTF-8) is a ConfigError: the files read here govern what is indexed
+    and who reads it, and a rule skipped silently would be worse than stopping."""
     root_real = os.path.realpath(root)
-    path = os.path.join(root_real, AIIGNORE)
+    path = os.path.join(root_real, name)
     if not os.path.lexists(path):
         return None
     try:
@@ -154,17 +154,28 @@ def load_aiignore(root: Path) -> pathspec.PathSpec[Any] | None:
             info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode):
                 raise ConfigError(f"{path}: not a regular file")
-            data = read_limited(fd, MAX_AIIGNORE_BYTES)
+            data = read_limited(fd, limit)
         finally:
             os.close(fd)
     except OSError as error:
         raise ConfigError(f"{path}: cannot be read ({error.strerror})") from error
     if data is None:
-        raise ConfigError(f"{path}: larger than {MAX_AIIGNORE_BYTES} bytes")
+        raise ConfigError(f"{path}: larger than {limit} bytes")
     try:
-        text = data.decode("utf-8-sig")
+        return path, data.decode("utf-8-sig")
     except UnicodeDecodeError as error:
         raise ConfigError(f"{path}: not valid UTF-8") from error
+
+
+def load_aiignore(root: Path) -> pathspec.PathSpec[Any] | None:
+    """The root's ``.aiignore``; a file that exists but cannot be used is a ConfigError.
+
+    Failing closed: indexing what the user asked to hide would be worse than stopping.
+    """
+    found = read_root_file(root, AIIGNORE, MAX_AIIGNORE_BYTES)
+    if found is None:
+        return None
+    path, text = found
     lines = text.splitlines()
     try:
         return pathspec.GitIgnoreSpec.from_lines(lines)

@@ -22,7 +22,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from rag_pg.config import DatabaseSettings, redact_url
 from rag_pg.config.settings import UNPARSABLE_DSN, mask_secret
 from rag_pg.errors import ConfigError, DatabaseTimeout, ExtensionUnavailable, StoreError
-from rag_pg.store import tenancy
+from rag_pg.store import permissions, tenancy
 from rag_pg.store.queries import statement
 
 if TYPE_CHECKING:
@@ -73,16 +73,22 @@ class DeadlineConnection(psycopg.Connection[TupleRow]):
     """
 
     call_timeout: float | None = None
-    tenant_aware = True  # each transaction opened here first sets the tenant (rag_pg.store.tenancy)
+    # Each transaction opened here first names the tenant and the acting principals
+    # (rag_pg.store.tenancy, rag_pg.store.permissions).
+    tenant_aware = True
 
     @contextmanager
     def transaction(
         self, savepoint_name: str | None = None, force_rollback: bool = False
     ) -> Iterator[psycopg.Transaction]:
-        tenant = tenancy.active() if self.info.transaction_status == _IDLE else None
+        idle = self.info.transaction_status == _IDLE
+        tenant = tenancy.active() if idle else None
+        acting = permissions.opening_statements() if idle else ()
         with super().transaction(savepoint_name, force_rollback) as tx:
             if tenant is not None:
                 self.execute(tenancy.statement(tenant))
+            for opening in acting:
+                self.execute(opening)
             yield tx
 
     def wait(self, gen: PQGen[RV], interval: float = 0.1, timeout: float | None = None) -> RV:
@@ -165,12 +171,15 @@ def read_snapshot(conn: psycopg.Connection[Any]) -> Iterator[None]:
             yield
         return
     # The tenant, as DeadlineConnection.transaction names it in each transaction it opens.
-    tenant = tenancy.active() if isinstance(conn, DeadlineConnection) else None
+    ours = isinstance(conn, DeadlineConnection)
+    tenant = tenancy.active() if ours else None
     try:
         with conn.pipeline():
             conn.execute(statement("snapshot_begin"))
             if tenant is not None:
                 conn.execute(tenancy.statement(tenant))
+            for opening in permissions.opening_statements() if ours else ():
+                conn.execute(opening)
             yield
             conn.execute(statement("snapshot_commit"))
     except BaseException:

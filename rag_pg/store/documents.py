@@ -49,6 +49,8 @@ class PreparedDocument:
     language: str
     fingerprint: str
     source_root: str | None = None
+    # Who may read it (rag_pg.source.access): None, everyone who may read the collection.
+    readers: tuple[str, ...] | None = None
 
     @property
     def token_count(self) -> int:
@@ -58,19 +60,21 @@ class PreparedDocument:
 def fingerprint(
     size: int, overlap: int, model: str | None, *, max_tokens: int | None = None,
     anchor_style: str = "github", parser: str | None = None, convert: str = "",
+    access: str = "",
 ) -> str:
     """What, besides the file's bytes, decides a document's chunks and vectors.
 
     The chunk settings and cap, the anchor style (the site's slugs), the Markdown parser's
     version (an upgrade that would chunk the same bytes otherwise re-indexes them, and only
-    then), the model, and for a converted file ``convert`` (its converter and library
-    versions, ``rag_pg.source.convert.fingerprint_part``). ``;model=<m>;`` stays a whole segment:
+    then), the model, for a converted file ``convert`` (its converter and library
+    versions, ``rag_pg.source.convert.fingerprint_part``), and ``access``, what the tree's
+    rules make of its readers (``rag_pg.source.access``: a rule change re-writes the document). ``;model=<m>;`` stays a whole segment:
     a reembed rewrites it in place.
     """
     cap = "auto" if max_tokens is None else str(max_tokens)
     parser = parser or markdown_parser.PARSER_VERSION  # read at each call, not at import
     return (f"chunk={size}/{overlap};max={cap};anchors={anchor_style};model={model or 'none'};"
-            f"parser={parser};v1{convert}")
+            f"parser={parser};v1{convert}{access}")
 
 
 class Store(VectorIndexes, RunLog, TermStatistics):
@@ -206,8 +210,9 @@ class Store(VectorIndexes, RunLog, TermStatistics):
                 return 0
             cur.execute(self.q("chunk_ids_allocate"), {"table": self.q.table("chunk"), "n": total})
             chunk_ids = [int(i) for i in cur.fetchall()]
-            # Acting for a tenant, the tables are under row-level security: staged COPY.
-            staged = tenancy.active() is not None
+            # Under row-level security (acting for a tenant, or a runtime role on tables that
+            # hold the reader policies) PostgreSQL refuses COPY: staged COPY.
+            staged = tenancy.active() is not None or self._held_by_policies(cur)
             if distributed:
                 self._insert_chunks(cur, collection, prepared, ids, chunk_ids)
             else:
@@ -221,6 +226,11 @@ class Store(VectorIndexes, RunLog, TermStatistics):
                 self._follow_statistics(cur, "add", collection, ids)
         return total
 
+    def _held_by_policies(self, cur: psycopg.Cursor[Any]) -> bool:
+        """Whether row-level security applies to this login on the chunk table."""
+        cur.execute(self.q("row_security_active"), (self.q.table("chunk"),))
+        return bool(cur.fetchone())
+
     def _upsert_documents(self, cur: psycopg.Cursor[Any], collection: str,
                           prepared: Sequence[PreparedDocument]) -> list[int]:
         """The documents' rows, in one pipelined batch (not a round trip each); their ids."""
@@ -233,6 +243,7 @@ class Store(VectorIndexes, RunLog, TermStatistics):
             "language": p.language, "fingerprint": p.fingerprint,
             "chunk_count": len(p.chunks), "token_count": p.token_count,
             "source_root": p.source_root,
+            "readers": None if p.readers is None else list(p.readers),
         } for p in prepared], returning=True)
         ids: list[int] = []
         for _ in prepared:  # one result set per document, in order
@@ -248,10 +259,11 @@ class Store(VectorIndexes, RunLog, TermStatistics):
         chunk_id = iter(chunk_ids)
         for doc_id, p in zip(ids, prepared, strict=True):
             ts_config = config(p.language)
+            readers = None if p.readers is None else list(p.readers)
             for c in p.chunks:
                 yield (next(chunk_id), doc_id, collection, c.position, c.section, c.anchor,
                        c.content, c.token_count, c.content_hash, ts_config, c.line_start,
-                       c.line_end)
+                       c.line_end, readers)
 
     def _insert_chunks(self, cur: psycopg.Cursor[Any], collection: str,
                        prepared: Sequence[PreparedDocument], ids: list[int],

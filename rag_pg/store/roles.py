@@ -38,7 +38,7 @@ from rag_pg.config import check_identifier
 from rag_pg.config.sections import READER_CONNECTION_LIMIT as DEFAULT_CONNECTION_LIMIT
 from rag_pg.config.sections import READER_STATEMENT_TIMEOUT as DEFAULT_STATEMENT_TIMEOUT
 from rag_pg.errors import ConfigError, SchemaMissing, StoreError
-from rag_pg.store import distribution
+from rag_pg.store import distribution, permissions
 from rag_pg.store.queries import Queries
 from rag_pg.store.queries import statement as named
 
@@ -74,6 +74,7 @@ class ReaderRole:
     connection_limit: int
     password_set: bool
     tenant: str | None = None
+    principals: tuple[str, ...] | None = None  # bound: it reads as these (permissions)
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -121,13 +122,16 @@ def create_reader(
     statement_timeout: str = DEFAULT_STATEMENT_TIMEOUT,
     connection_limit: int = DEFAULT_CONNECTION_LIMIT,
     tenant: str | None = None,
+    principals: tuple[str, ...] | None = None,
 ) -> ReaderRole:
     """Create the read-only role ``name``, or bring an existing one back to exactly that.
 
     With ``tenant``, the role is bound to that tenant (``tenant_role``): under tenancy it sees
     that tenant's collections and nothing else, whatever it sets (the policies read the
     binding from the login, not from a setting). Without, a rerun removes any binding: under
-    tenancy such a reader sees no rows.
+    tenancy such a reader sees no rows. With ``principals``, the role reads as them under the
+    reader policy of permissions, whatever it sets; without, a rerun removes that binding too
+    (it reads every document of what it may read).
 
     Idempotent: privileges on ragpg's schema are revoked and granted again, so a rerun
     (after a migration added a published view, say) converges. An existing role with more
@@ -137,16 +141,7 @@ def create_reader(
     server, so it never appears in server logs. Runs in one transaction (a savepoint when
     the caller has one open) and needs CREATEROLE plus ownership of the schema's objects.
     """
-    _check_name(name)
-    if tenant is not None:
-        from rag_pg.store.tenancy import check_tenant
-
-        check_tenant(tenant)
-    timeout = normalise_timeout(statement_timeout)
-    if connection_limit < -1 or connection_limit == 0:
-        raise ConfigError("connection limit must be positive, or -1 for no limit")
-    if password is not None and (password == "" or "\x00" in password):
-        raise ConfigError("the password is empty or contains a NUL character")
+    timeout = _check_reader(name, tenant, statement_timeout, connection_limit, password)
     role = sql.Identifier(name)
     try:
         with conn.transaction():
@@ -156,6 +151,7 @@ def create_reader(
             _set_password(conn, name, role, password)
             _grant_reading(conn, name, schema, database, timeout)
             _bind(conn, schema, name, tenant)
+            permissions.bind_reader(conn, schema, name, principals)
     except psycopg.errors.InsufficientPrivilege as exc:
         raise StoreError(
             f"not allowed to create role {name!r} or grant on schema {schema!r}: run this as a"
@@ -175,7 +171,24 @@ def create_reader(
         connection_limit=connection_limit,
         password_set=password is not None,
         tenant=tenant,
+        principals=principals,
     )
+
+
+def _check_reader(name: str, tenant: str | None, statement_timeout: str, connection_limit: int,
+                  password: str | None) -> str:
+    """The reader's arguments checked before any statement; its statement timeout, normalised."""
+    _check_name(name)
+    if tenant is not None:
+        from rag_pg.store.tenancy import check_tenant
+
+        check_tenant(tenant)
+    timeout = normalise_timeout(statement_timeout)
+    if connection_limit < -1 or connection_limit == 0:
+        raise ConfigError("connection limit must be positive, or -1 for no limit")
+    if password is not None and (password == "" or "\x00" in password):
+        raise ConfigError("the password is empty or contains a NUL character")
+    return timeout
 
 
 def _grant_reading(conn: psycopg.Connection[Any], name: str, schema: str, database: str,

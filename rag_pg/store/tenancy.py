@@ -175,7 +175,7 @@ def _one_value(conn: psycopg.Connection[Any], query: sql.SQL | sql.Composed,
         return cur.execute(query, params).fetchone()
 
 
-def _require_schema(conn: psycopg.Connection[Any], schema: str) -> None:
+def require_schema(conn: psycopg.Connection[Any], schema: str) -> None:
     found = _one_value(conn, statement_named("tenancy_installed"), (
         sql.SQL("{}.tenant_collections()").format(sql.Identifier(schema)).as_string(conn),
     ))
@@ -223,20 +223,44 @@ def _surface_owner(conn: psycopg.Connection[Any], schema: str) -> sql.Identifier
     return role
 
 
+def hand_surface_to_role(conn: psycopg.Connection[Any], schema: str) -> None:
+    """The views and SECURITY DEFINER functions to the surface role (made if need be), so
+    that the policies hold every read made through them."""
+    _hand_surface(conn, schema, _surface_owner(conn, schema))
+
+
+def hand_surface_back(conn: psycopg.Connection[Any], schema: str) -> None:
+    """The surface back to the schema's owner, and the surface role's grants revoked."""
+    q = Queries(schema)
+    owner = _one_value(conn, statement_named("schema_owner"), (schema,))
+    if owner is not None:
+        _hand_surface(conn, schema, sql.SQL(owner))  # regrole's text is quoted
+    surface = surface_role(schema)
+    if _one_value(conn, statement_named("role_exists"), (surface,)):
+        conn.execute(q.compose("tenancy_surface_role_revoke", role=sql.Identifier(surface)))
+
+
+def _reader_policy_on(conn: psycopg.Connection[Any], schema: str) -> set[str]:
+    """The tables that hold the reader policy of permissions (rag_pg.store.permissions)."""
+    with conn.cursor(row_factory=scalar_row) as cur:
+        return set(cur.execute(statement_named("tenancy_reader_policy_tables"),
+                               {"schema": schema}).fetchall())
+
+
 def enable(conn: psycopg.Connection[Any], schema: str = "ragpg") -> list[str]:
     """Install the tenant policy on every table with a collection, FORCE ROW LEVEL SECURITY,
     and hand the views and SECURITY DEFINER functions to the surface role (above); idempotent
     (rerun after a migration added a table or view). Returns the tables held. Needs the
     owner of ragpg's objects with CREATEROLE (or a superuser)."""
     with conn.transaction():
-        _require_schema(conn, schema)
+        require_schema(conn, schema)
         q = Queries(schema)
-        _hand_surface(conn, schema, _surface_owner(conn, schema))
+        hand_surface_to_role(conn, schema)
         distributed = distribution.distributed(conn, schema)
         held = []
         for table in _tables(conn, schema):
             policy = "policy_distributed" if distributed else "policy"
-            for step in ("reset", policy, "enable", "force"):
+            for step in ("reset", "reset_reader_base", policy, "enable", "force"):
                 conn.execute(q.compose(f"tenancy_hold_{step}", policy=sql.Identifier(POLICY),
                                        table=sql.Identifier(table.name),
                                        column=sql.Identifier(table.column)))
@@ -245,23 +269,25 @@ def enable(conn: psycopg.Connection[Any], schema: str = "ragpg") -> list[str]:
 
 
 def disable(conn: psycopg.Connection[Any], schema: str = "ragpg") -> list[str]:
-    """Remove the tenant policy and row-level security from every table that has them."""
+    """Remove the tenant policy and row-level security from every table that has them (a table
+    that holds the reader policy of permissions keeps row-level security, and the surface its
+    role)."""
     released = []
     with conn.transaction():
         q = Queries(schema)
-        owner = _one_value(conn, statement_named("schema_owner"), (schema,))
-        if owner is not None:
-            _hand_surface(conn, schema, sql.SQL(owner))  # regrole's text is quoted
-        surface = surface_role(schema)
-        if _one_value(conn, statement_named("role_exists"), (surface,)):
-            conn.execute(q.compose("tenancy_surface_role_revoke", role=sql.Identifier(surface)))
+        readers = _reader_policy_on(conn, schema)
+        if not readers:
+            hand_surface_back(conn, schema)
         for table in _tables(conn, schema):
             name = sql.Identifier(table.name)
             if table.has_policy:
                 conn.execute(q.compose("tenancy_policy_drop", policy=sql.Identifier(POLICY), table=name))
             if table.forced:
                 conn.execute(q.compose("tenancy_unforce", table=name))
-            if table.rls:
+            if table.name in readers:
+                # A restrictive policy alone lets no row through: the permissive one again.
+                conn.execute(q.compose("tenancy_reader_base", table=name))
+            elif table.rls:
                 conn.execute(q.compose("tenancy_rls_off", table=name))
             if table.has_policy or table.rls or table.forced:
                 released.append(table.name)
@@ -274,7 +300,7 @@ def assign(conn: psycopg.Connection[Any], tenant: str, collections: list[str],
     check_tenant(tenant)
     q = Queries(schema)
     with conn.transaction():
-        _require_schema(conn, schema)
+        require_schema(conn, schema)
         for collection in collections:
             change = "tenant_collection_remove" if remove else "tenant_collection_add"
             conn.execute(q(change), (tenant, collection))
@@ -285,7 +311,7 @@ def assign(conn: psycopg.Connection[Any], tenant: str, collections: list[str],
 def status(conn: psycopg.Connection[Any], schema: str = "ragpg") -> TenancyStatus:
     """The tables held by the policy, those not held, the tenants and the registered roles."""
     with conn.transaction():
-        _require_schema(conn, schema)
+        require_schema(conn, schema)
         tables = _tables(conn, schema)
         q = Queries(schema)
         tenants: dict[str, list[str]] = {}

@@ -19,18 +19,19 @@ SET model = EXCLUDED.model, dimension = EXCLUDED.dimension, updated_at = EXCLUDE
 -- name: document_upsert
 INSERT INTO {schema}.document AS d
     (collection, path, title, content_hash, front_matter, parent_path, level, node_type,
-     embed, language, fingerprint, chunk_count, token_count, source_root, indexed_at)
+     embed, language, fingerprint, chunk_count, token_count, source_root, readers, indexed_at)
 VALUES
     (%(collection)s, %(path)s, %(title)s, %(content_hash)s, %(front_matter)s, %(parent_path)s,
      %(level)s, %(node_type)s, %(embed)s, %(language)s, %(fingerprint)s, %(chunk_count)s,
-     %(token_count)s, %(source_root)s, now())
+     %(token_count)s, %(source_root)s, %(readers)s, now())
 ON CONFLICT (collection, path) DO UPDATE SET
     title = EXCLUDED.title, content_hash = EXCLUDED.content_hash,
     front_matter = EXCLUDED.front_matter, parent_path = EXCLUDED.parent_path,
     level = EXCLUDED.level, node_type = EXCLUDED.node_type, embed = EXCLUDED.embed,
     language = EXCLUDED.language, fingerprint = EXCLUDED.fingerprint,
     chunk_count = EXCLUDED.chunk_count, token_count = EXCLUDED.token_count,
-    source_root = EXCLUDED.source_root, indexed_at = EXCLUDED.indexed_at
+    source_root = EXCLUDED.source_root, readers = EXCLUDED.readers,
+    indexed_at = EXCLUDED.indexed_at
 RETURNING id;
 
 -- name: chunks_delete_for_documents
@@ -42,14 +43,14 @@ SELECT nextval(pg_get_serial_sequence(%(table)s, 'id')) FROM generate_series(1, 
 -- name: chunk_copy
 COPY {schema}.chunk
     (id, document_id, collection, position, section, anchor, content, token_count, content_hash,
-     ts_config, line_start, line_end)
+     ts_config, line_start, line_end, readers)
 FROM STDIN;
 
 -- name: chunk_insert
 INSERT INTO {schema}.chunk
     (id, document_id, collection, position, section, anchor, content, token_count, content_hash,
-     ts_config, line_start, line_end)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s::regconfig, %s, %s);
+     ts_config, line_start, line_end, readers)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s::regconfig, %s, %s, %s);
 
 -- name: vector_insert
 INSERT INTO {schema}.chunk_vector (chunk_id, collection, model, embedding) VALUES (%s, %s, %s, %s);
@@ -62,22 +63,25 @@ COPY {schema}.chunk_vector (chunk_id, collection, model, embedding) FROM STDIN (
 -- name: chunk_stage_create
 CREATE TEMPORARY TABLE IF NOT EXISTS ragpg_chunk_stage ON COMMIT DROP AS
 SELECT id, document_id, collection, position, section, anchor, content, token_count, content_hash,
-       ts_config, line_start, line_end
+       ts_config, line_start, line_end, readers
 FROM {schema}.chunk WITH NO DATA;
 
 -- name: chunk_stage_copy
 COPY pg_temp.ragpg_chunk_stage
     (id, document_id, collection, position, section, anchor, content, token_count, content_hash,
-     ts_config, line_start, line_end)
+     ts_config, line_start, line_end, readers)
 FROM STDIN;
 
 -- name: chunk_stage_insert
 INSERT INTO {schema}.chunk
     (id, document_id, collection, position, section, anchor, content, token_count, content_hash,
-     ts_config, line_start, line_end)
+     ts_config, line_start, line_end, readers)
 SELECT id, document_id, collection, position, section, anchor, content, token_count, content_hash,
-       ts_config, line_start, line_end
+       ts_config, line_start, line_end, readers
 FROM pg_temp.ragpg_chunk_stage;
+
+-- name: row_security_active
+SELECT row_security_active(%s::regclass);
 
 -- name: chunk_stage_clear
 DELETE FROM pg_temp.ragpg_chunk_stage;

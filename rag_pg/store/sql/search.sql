@@ -523,6 +523,11 @@ d.level = %(level)s
 -- name: search_filter_node_type
 d.node_type = %(node_type)s
 
+-- name: search_filter_readers
+-- The documents the acting principals may read, as the reader policy decides (which holds
+-- these rows anyway): written here too so that the plan counts them like any filter.
+(d.readers IS NULL OR d.readers && %(readers)s::text[])
+
 -- name: search_setting
 -- One setting of a search, for its transaction only (SET LOCAL). The HNSW scan's; no sequential
 -- scan of chunk for the GIN prefilter: the planner prices `tsv @@ query` like any operator and

@@ -32,7 +32,10 @@ WHERE n.nspname = %(schema)s AND c.relkind IN ('v', 'm')
 UNION ALL
 SELECT 'FUNCTION', p.oid::regprocedure::text
 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
-WHERE n.nspname = %(schema)s AND p.prosecdef AND p.proname <> 'tenant_collections'
+-- The two functions the policies call keep their owner: they read the tables of tenancy and
+-- permissions, which the surface role may not.
+WHERE n.nspname = %(schema)s AND p.prosecdef
+  AND p.proname NOT IN ('tenant_collections', 'acting_principals')
 ORDER BY 1, 2;
 
 -- name: tenancy_surface_owner
@@ -55,7 +58,8 @@ CREATE ROLE {role} NOLOGIN NOSUPERUSER NOBYPASSRLS NOINHERIT;
 -- the surface it owns; the tenancy tables are read only through tenant_collections().
 GRANT USAGE, CREATE ON SCHEMA {schema} TO {role};
 GRANT SELECT ON ALL TABLES IN SCHEMA {schema} TO {role};
-REVOKE ALL ON {schema}.tenant_collection, {schema}.tenant_role FROM {role};
+REVOKE ALL ON {schema}.tenant_collection, {schema}.tenant_role, {schema}.principal_role
+    FROM {role};
 
 -- name: tenancy_surface_role_revoke
 REVOKE ALL ON ALL TABLES IN SCHEMA {schema} FROM {role};
@@ -65,6 +69,11 @@ REVOKE ALL ON SCHEMA {schema} FROM {role};
 -- The tenant policy on one table, forced (its owner too is held by it): four statements, each
 -- sent on its own (Citus forwards a distributed table's DDL to its shards one command at a time).
 DROP POLICY IF EXISTS {policy} ON {schema}.{table};
+
+-- name: tenancy_hold_reset_reader_base
+-- The permissive policy that stands beside the reader policy of permissions while tenancy is
+-- off: beside the tenant policy it would let every tenant's rows through.
+DROP POLICY IF EXISTS ragpg_rows ON {schema}.{table};
 
 -- name: tenancy_hold_policy
 CREATE POLICY {policy} ON {schema}.{table}
@@ -86,6 +95,14 @@ ALTER TABLE {schema}.{table} FORCE ROW LEVEL SECURITY;
 
 -- name: tenancy_policy_drop
 DROP POLICY {policy} ON {schema}.{table};
+
+-- name: tenancy_reader_base
+CREATE POLICY ragpg_rows ON {schema}.{table} USING (true) WITH CHECK (true);
+
+-- name: tenancy_reader_policy_tables
+SELECT c.relname FROM pg_policy p JOIN pg_class c ON c.oid = p.polrelid
+JOIN pg_namespace n ON n.oid = c.relnamespace
+WHERE n.nspname = %(schema)s AND p.polname = 'ragpg_reader';
 
 -- name: tenancy_unforce
 ALTER TABLE {schema}.{table} NO FORCE ROW LEVEL SECURITY;
