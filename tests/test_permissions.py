@@ -331,3 +331,65 @@ def test_every_hit_is_readable_by_its_asker(index: Index, tmp_path: Path) -> Non
                                                   if stored[p] is None or set(stored[p]) & set(asker)}
 
         check()
+
+
+HR_TOKEN = "tok-hr-CANARY-1b2c3d4e5f6a7b8c"
+STAFF_TOKEN = "tok-staff-CANARY-9a8b7c6d5e4f"
+ADMIN_TOKEN = "tok-admin-CANARY-0f1e2d3c4b5a"
+
+
+def test_the_service_reads_as_each_tokens_principals(index: Index, embed_server: Any,
+                                                    tmp_path: Path) -> None:
+    from .test_server import Served, clean_env
+
+    (tmp_path / "serve").mkdir()
+    config = tmp_path / "serve" / "ragpg.toml"  # read from the server's working folder
+    config.write_text(
+        "[[server.clients]]\nname = \"hr-app\"\ntoken_env = \"HR_APP_TOKEN\"\nprincipals = [\"hr\"]\n\n"
+        "[[server.clients]]\nname = \"staff-app\"\ntoken_env = \"STAFF_APP_TOKEN\"\n"
+        "principals = [\"staff\"]\n", encoding="utf-8")
+    served = Served(clean_env(RAGPG_DATABASE_URL=index.url, RAGPG_EMBEDDING_URL=embed_server.url,
+                              RAGPG_SERVER_TOKEN=ADMIN_TOKEN, HR_APP_TOKEN=HR_TOKEN,
+                              STAFF_APP_TOKEN=STAFF_TOKEN),
+                    tmp_path / "serve")
+    try:
+        forbidden_id = value(index.admin, "SELECT id FROM ragpg.document WHERE path = 'hr/salaries.md'")
+        for token, asker in ((HR_TOKEN, ("hr",)), (STAFF_TOKEN, ("staff",)), (ADMIN_TOKEN, None)):
+            with served.client(token) as client:
+                # A body naming principals is refused, not obeyed.
+                assert client.post("/search", json={"query": "budget", "principals": ["hr"]}
+                                   ).status_code == 422
+                found = client.post("/search", json={"query": "budget planning", "k": 20,
+                                                     "mode": "keyword"})
+                assert found.status_code == 200, found.text
+                expected = {p for p in FILES if readable(p, asker)}
+                assert {h["path"] for h in found.json()["hits"]} == expected
+                for path in set(FILES) - expected:
+                    assert marker(path) not in found.text
+                by_id = client.get(f"/documents/{forbidden_id}")
+                assert by_id.status_code == (200 if readable("hr/salaries.md", asker) else 404)
+                stats = client.get("/stats").json()
+                assert stats["documents"] == len(expected)
+        with served.client("tok-nobody-CANARY-000000000000") as client:
+            assert client.post("/search", json={"query": "budget"}).status_code == 401
+        callers = {r.get("caller") for r in served.log_records() if r.get("event") == "request"}
+        assert {"hr-app", "staff-app", "default"} <= callers
+        assert HR_TOKEN not in served.log() and STAFF_TOKEN not in served.log()
+    finally:
+        assert served.stop() == 0
+
+
+def test_mcp_reads_as_the_principals_it_was_started_with(index: Index, embed_server: Any,
+                                                         tmp_path: Path) -> None:
+    from .test_mcp import call_tools, server_env, text_of
+
+    env = server_env(RAGPG_DATABASE_URL=index.url, RAGPG_EMBEDDING_URL=embed_server.url,
+                     RAGPG_PERMISSIONS_PRINCIPALS="staff")
+    _, [found, hidden] = call_tools(env, tmp_path / "mcp.err", [
+        ("search", {"query": "budget planning", "k": 20, "mode": "keyword"}),
+        ("get_document", {"path": "hr/salaries.md"}),
+    ], tmp_path)
+    text = text_of(found)
+    for path in FILES:
+        assert (marker(path) in text) == readable(path, ("staff",)), path
+    assert hidden.is_error and marker("hr/salaries.md") not in text_of(hidden)

@@ -57,12 +57,12 @@ def serve(obj: Context, host: str, port: int) -> None:
             from rag_pg.serve.http import create_app
         except ImportError as exc:
             raise _need_extra(exc) from None
-        from rag_pg.serve.auth import check_bind, check_token
+        from rag_pg.serve.auth import callers, check_bind
         from rag_pg.serve.failures import Secrets, log_event, setup_logging
         from rag_pg.serve.rules import Limits
 
         settings = obj.settings
-        check_bind(host, check_token(settings.server.token))
+        check_bind(host, next(iter(callers(settings)), None))
         Limits.from_settings(settings)
         embedded = settings.database.url is None
         sock = listen(host, port, who="ragpg serve")

@@ -17,7 +17,7 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any, get_type_hints
 
-from rag_pg.config.sections import CHAIN_KEYS, SECTIONS, EmbeddingSettings
+from rag_pg.config.sections import CHAIN_KEYS, SECTIONS, EmbeddingSettings, ServerClient
 from rag_pg.errors import ConfigError
 
 # RAGPG_* variables that are not a section's setting but are still ragpg's own.
@@ -161,10 +161,35 @@ def _coerce_section(cls: type, section: str, values: Mapping[str, Any], origin: 
         if section == "embedding" and key == "providers":
             out[key] = parse_chain(value, origin)
             continue
+        if section == "server" and key == "clients":
+            out[key] = parse_clients(value, origin)
+            continue
         if key not in known:
             raise ConfigError(f"{origin}: unknown setting {section}.{key}")
         out[key] = _coerce(value, hints[key], f"{section}.{key}", origin)
     return out
+
+
+def parse_clients(value: Any, origin: str) -> tuple[ServerClient, ...]:
+    """``[[server.clients]]`` tables (or RAGPG_SERVER_CLIENTS as a JSON list of them)."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            raise ConfigError(f"{origin}: server.clients must be a JSON list of tables") from None
+    if not isinstance(value, list | tuple) or not all(isinstance(v, Mapping) for v in value):
+        raise ConfigError(f"{origin}: server.clients must be a list of tables")
+    known = {f.name for f in fields(ServerClient)}
+    clients = []
+    for n, entry in enumerate(value, start=1):
+        unknown = sorted(set(entry) - known)
+        if unknown:
+            raise ConfigError(f"{origin}: server.clients[{n}]: unknown key {unknown[0]!r}")
+        try:
+            clients.append(ServerClient(**dict(entry)))
+        except TypeError:
+            raise ConfigError(f"{origin}: server.clients[{n}] needs a name") from None
+    return tuple(clients)
 
 
 def parse_chain(value: Any, origin: str) -> tuple[EmbeddingSettings, ...]:

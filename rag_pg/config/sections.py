@@ -331,8 +331,37 @@ class DatabaseSettings:
 
 
 @dataclass(frozen=True, slots=True)
+class ServerClient:
+    """``[[server.clients]]``: one caller of the service, known by its bearer token, and who it
+    reads as (a request never chooses its tenant or principals; its token does)."""
+
+    name: str
+    # The variable holding the token (kept out of the configuration file), or the token.
+    token_env: str | None = None
+    token: str | None = None
+    tenant: str | None = None  # None: tenancy.tenant
+    principals: tuple[str, ...] | None = None  # None: permissions.principals
+
+    def __post_init__(self) -> None:
+        where = f"server.clients[{self.name!r}]"
+        _require([
+            (not isinstance(self.name, str) or not self.name.strip() or len(self.name) > 100,
+             "server.clients: each client needs a name of at most 100 characters"),
+            ((self.token_env is None) == (self.token is None),
+             f"{where}: give exactly one of token_env and token"),
+            (self.tenant is not None and (not isinstance(self.tenant, str) or not self.tenant.strip()
+                                          or len(self.tenant) > 200),
+             f"{where}: tenant must be a non-empty name of at most 200 characters"),
+        ])
+        if self.principals is not None:
+            object.__setattr__(self, "principals", principals(self.principals, f"{where}.principals"))
+
+
+@dataclass(frozen=True, slots=True)
 class ServerSettings:
     token: str | None = None  # bearer token of `ragpg serve`; required to bind off loopback
+    # More callers, each with its own token, tenant and principals (rag_pg.serve.auth).
+    clients: tuple[ServerClient, ...] = ()
     max_body_bytes: int = 64 * 1024  # HTTP request bodies above this get 413 before parsing
     max_query_chars: int = 4096  # longer queries get 422 (HTTP) or a tool error (MCP)
     max_k: int = 100  # most hits one request may ask for

@@ -123,8 +123,9 @@ class Settings:
         for key in ("url", "read_url"):
             if data["database"][key]:
                 data["database"][key] = redact_url(data["database"][key])
-        if data["server"]["token"]:
-            data["server"]["token"] = "***"
+        for holder in (data["server"], *data["server"]["clients"]):
+            if holder["token"]:
+                holder["token"] = "***"
         if data["rerank"]["api_key"]:
             data["rerank"]["api_key"] = "***"
         embedding = data["embedding"]

@@ -14,7 +14,7 @@ from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from rag_pg.serve.auth import token_matches
+from rag_pg.serve.auth import Caller, caller_of
 from rag_pg.serve.failures import Secrets, classify, log_event
 
 # Paths anyone may read: liveness, the API's own description, and the inspection page's files
@@ -36,10 +36,10 @@ class Guard:
     ``Content-Length`` is capped too.
     """
 
-    def __init__(self, app: ASGIApp, *, token: str | None, max_body: int, secrets: Secrets,
-                 log: logging.Logger):
+    def __init__(self, app: ASGIApp, *, callers: dict[str, Caller], max_body: int,
+                 secrets: Secrets, log: logging.Logger):
         self.app = app
-        self.token = token
+        self.callers = callers
         self.max_body = max_body
         self.secrets = secrets
         self.log = log
@@ -49,7 +49,7 @@ class Guard:
             await self.app(scope, receive, send)
             return
         start = time.perf_counter()
-        state: dict[str, Any] = {"status": 0, "started": False}
+        state: dict[str, Any] = {"status": 0, "started": False, "caller": None}
 
         async def send_logged(message: Message) -> None:
             if message["type"] == "http.response.start":
@@ -58,7 +58,7 @@ class Guard:
             await send(message)
 
         try:
-            await self._handle(scope, receive, send_logged)
+            await self._handle(scope, receive, send_logged, state)
         except Exception as exc:
             self.log.error("unhandled error", exc_info=True, extra={"fields": {"event": "error"}})
             if not state["started"]:
@@ -69,11 +69,13 @@ class Guard:
             log_event(self.log, logging.INFO, "request", event="request", method=scope.get("method"),
                  path=scope.get("path"), status=state["status"],
                  duration_ms=round((time.perf_counter() - start) * 1000, 1),
-                 client=client[0] if client else None)
+                 client=client[0] if client else None, caller=state["caller"])
 
-    async def _handle(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self.token is not None and not is_open(scope["path"]):
-            if not token_matches(_header(scope, b"authorization"), self.token):
+    async def _handle(self, scope: Scope, receive: Receive, send: Send, state: dict[str, Any]) -> None:
+        caller = Caller("anonymous")
+        if self.callers and not is_open(scope["path"]):
+            found = caller_of(_header(scope, b"authorization"), self.callers)
+            if found is None:
                 await _send_json(
                     send, 401,
                     {"error": "unauthorized",
@@ -81,6 +83,13 @@ class Guard:
                     headers=[(b"www-authenticate", b'Bearer realm="ragpg"')],
                 )
                 return
+            caller = found
+            state["caller"] = caller.name
+        # The request reads as its caller: its token's tenant and principals, never its body's.
+        with caller.acting():
+            await self._admit(scope, receive, send)
+
+    async def _admit(self, scope: Scope, receive: Receive, send: Send) -> None:
         declared = _header(scope, b"content-length")
         if declared is not None:
             if not declared.strip().isdigit():

@@ -28,7 +28,7 @@ from rag_pg import __version__
 from rag_pg.config import Settings
 from rag_pg.errors import RagError
 from rag_pg.serve import catalog
-from rag_pg.serve.auth import check_token
+from rag_pg.serve.auth import callers
 from rag_pg.serve.failures import Secrets, classify, log_event
 from rag_pg.serve.gate import ModelGate
 from rag_pg.serve.guard import Guard, is_open
@@ -82,7 +82,7 @@ def create_app(rag: RagPG, settings: Settings, *, secrets: Secrets | None = None
     Raises ConfigError for a bad ``[server]`` setting (limits, a token that is too short).
     """
     limits = Limits.from_settings(settings)
-    token = check_token(settings.server.token)
+    known = callers(settings)
     secrets = secrets or Secrets.from_settings(settings)
     log = logger or logging.getLogger(LOGGER)
     gate: ModelGate = limits.gate()
@@ -97,7 +97,7 @@ def create_app(rag: RagPG, settings: Settings, *, secrets: Secrets | None = None
         except RagError as exc:
             log_event(log, logging.WARNING, f"embedding provider not ready: {secrets.scrub(str(exc))}",
                  event="warning")
-        log_event(log, logging.INFO, "ready", event="ready", auth="token" if token else "none",
+        log_event(log, logging.INFO, "ready", event="ready", auth="token" if known else "none",
              max_body_bytes=limits.max_body_bytes, max_k=limits.max_k,
              request_timeout=limits.request_timeout, embedding_slots=gate.slots)
         yield
@@ -119,7 +119,7 @@ def create_app(rag: RagPG, settings: Settings, *, secrets: Secrets | None = None
         openapi_url="/openapi.json",
     )
     app.state.gate = gate
-    app.add_middleware(Guard, token=token, max_body=limits.max_body_bytes, secrets=secrets, log=log)
+    app.add_middleware(Guard, callers=known, max_body=limits.max_body_bytes, secrets=secrets, log=log)
     answer = _Answers(limits, gate, secrets, log)
     _error_handlers(app, secrets)
     _page_routes(app)
@@ -131,7 +131,7 @@ def create_app(rag: RagPG, settings: Settings, *, secrets: Secrets | None = None
         if app.openapi_schema is None:
             schema = get_openapi(title=app.title, version=app.version, summary=app.summary,
                                  description=app.description, routes=app.routes)
-            _state_limits(schema, limits, token is not None)
+            _state_limits(schema, limits, bool(known))
             app.openapi_schema = schema
         return app.openapi_schema
 
