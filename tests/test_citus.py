@@ -265,7 +265,7 @@ def test_every_write_of_an_ingest_runs_on_the_collections_worker(pair, cluster, 
     upsert = {"path": "a.md", "title": "A", "content_hash": "h", "front_matter": "{}",
               "parent_path": None, "level": 0, "node_type": "source", "embed": True,
               "language": "french", "fingerprint": "f", "chunk_count": 1, "token_count": 1,
-              "source_root": "/"}
+              "source_root": "/", "readers": None}
     with psycopg.connect(cluster.url) as conn:
         for name, params in WRITES.items():
             cur = psycopg.ClientCursor(conn)

@@ -221,3 +221,48 @@ def test_ragpg_never_commits_the_hosts_transaction(engine: ModuleType, db_url: s
         ).fetchone()
     assert (documents, runs, locks) == ((0,), (0,), (0,))
     assert connection.connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
+def test_each_user_reads_what_its_groups_may(site: Any, db_url: str, embed_server: Any,
+                                            tmp_path: Path) -> None:
+    """Users and groups of Django's auth, mapped to principals: the database filters."""
+    from django.contrib.auth.models import Group, User
+    from django.core.management import call_command
+    from django.test import Client, override_settings
+
+    from rag_pg.store import permissions, tenancy
+
+    from .test_roles import drop_roles
+
+    root = tmp_path / "tree"
+    (root / "hr").mkdir(parents=True)
+    (root / "hr" / "pay.md").write_text("# Pay\n\nThe salary grid markhr.\n", encoding="utf-8")
+    (root / "open.md").write_text("# Open\n\nThe salary policy markopen.\n", encoding="utf-8")
+    (root / ".ragpg-access").write_text("hr/** @hr\n", encoding="utf-8")
+    site(db_url)
+    call_command("migrate", verbosity=0)
+    call("ingest", str(root))
+    with psycopg.connect(db_url, autocommit=True) as admin:
+        permissions.enable(admin)
+    try:
+        hr = Group.objects.create(name="hr")
+        alice = User.objects.create_user("alice", password="pw-alice-0000")
+        alice.groups.add(hr)
+        User.objects.create_user("bob", password="pw-bob-00000")
+        conf = {"SCHEMA": "ragpg", "COLLECTION": "default", "EMBEDDING_PROVIDER": "http",
+                "EMBEDDING_URL": embed_server.url, "PERMISSIONS": True}
+        with override_settings(RAGPG=conf):
+            seen = {}
+            for name in ("alice", "bob", None):
+                client = Client()
+                if name is not None:
+                    client.force_login(User.objects.get(username=name))
+                response = client.get("/search", {"q": "salary", "mode": "keyword", "k": "10"})
+                assert response.status_code == 200, response.content
+                seen[name] = {h["path"] for h in response.json()["hits"]}
+        assert seen == {"alice": {"hr/pay.md", "open.md"}, "bob": {"open.md"}, None: {"open.md"}}
+    finally:
+        from django.db import connections
+
+        connections.close_all()
+        drop_roles(db_url, tenancy.surface_role("ragpg"))

@@ -172,3 +172,42 @@ def test_eight_threads_share_one_pool_without_errors_or_leaks(
     finally:
         example.close_ragpg(app)
     no_connections_left(db_url)
+
+
+def test_each_user_reads_what_its_groups_may(example: ModuleType, db_url: str, embed_server: Any,
+                                            tmp_path: Path) -> None:
+    """The app's login says who the user is (here a session the test sets), RAGPG_PRINCIPALS
+    maps it to principals, and the database filters."""
+    from flask import session
+
+    from rag_pg.store import permissions, tenancy
+
+    from .test_roles import drop_roles
+
+    root = tmp_path / "tree"
+    (root / "hr").mkdir(parents=True)
+    (root / "hr" / "pay.md").write_text("# Pay\n\nThe salary grid markhr.\n", encoding="utf-8")
+    (root / "open.md").write_text("# Open\n\nThe salary policy markopen.\n", encoding="utf-8")
+    (root / ".ragpg-access").write_text("hr/** @hr\n", encoding="utf-8")
+    groups = {"alice": ["hr"], "bob": []}
+    app = example.create_app({
+        "TESTING": True, "SECRET_KEY": "test-only", "RAGPG_SETTINGS": settings_for(db_url, embed_server),
+        "RAGPG_PRINCIPALS": lambda: [f"user:{session['user']}", *groups[session["user"]]]
+                                    if "user" in session else []})
+    try:
+        assert app.test_cli_runner().invoke(args=["ragpg-ingest", str(root)]).exit_code == 0
+        with psycopg.connect(db_url, autocommit=True) as admin:
+            permissions.enable(admin)
+        seen = {}
+        for name in ("alice", "bob", None):
+            client = app.test_client()
+            if name is not None:
+                with client.session_transaction() as state:
+                    state["user"] = name
+            response = client.get("/search", query_string={"q": "salary", "mode": "keyword", "k": 10})
+            assert response.status_code == 200, response.data
+            seen[name] = {h["path"] for h in response.get_json()["hits"]}
+        assert seen == {"alice": {"hr/pay.md", "open.md"}, "bob": {"open.md"}, None: {"open.md"}}
+    finally:
+        example.close_ragpg(app)
+        drop_roles(db_url, tenancy.surface_role("ragpg"))

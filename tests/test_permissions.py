@@ -17,6 +17,7 @@ import psycopg
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from rag_pg import RagPG, Settings
@@ -100,14 +101,26 @@ def paths_of(rag: RagPG, hits: list[Any]) -> set[str]:
     return {h.path for h in hits}
 
 
+def stored_readers(admin: psycopg.Connection[Any], collection: str, table: str) -> dict[str, Any]:
+    """path -> the readers the rows of ``table`` carry for it (one value per path, or a
+    KeyError-free mismatch the caller sees)."""
+    document = {"document": "t.id", "chunk": "t.document_id",
+                "chunk_vector": "(SELECT c.document_id FROM ragpg.chunk c WHERE c.id = t.chunk_id)"}
+    query = sql.SQL("SELECT DISTINCT d.path, t.readers FROM ragpg.{} t JOIN ragpg.document d"
+                    " ON d.collection = t.collection AND d.id = {} WHERE t.collection = %s").format(
+        sql.Identifier(table), sql.SQL(document[table]))
+    rows = records(admin, query, (collection,))
+    found: dict[str, Any] = {}
+    for row in rows:
+        assert row["path"] not in found, (table, row)  # one value per document
+        found[row["path"]] = row["readers"]
+    return found
+
+
 def test_readers_are_stored_from_front_matter_then_rules(index: Index) -> None:
-    rows = records(index.admin, "SELECT d.path, d.readers,"
-                                " bool_and(c.readers IS NOT DISTINCT FROM d.readers) AS same"
-                                " FROM ragpg.document d JOIN ragpg.chunk c ON c.document_id = d.id"
-                                " GROUP BY d.path, d.readers")
-    stored = {r["path"]: r["readers"] for r in rows}
-    assert stored == {path: readers for path, (_, readers) in FILES.items()}
-    assert all(row["same"] for row in rows)  # each chunk carries its document's readers
+    for table in ("document", "chunk", "chunk_vector"):  # each row carries its document's
+        assert stored_readers(index.admin, "default", table) == {
+            path: readers for path, (_, readers) in FILES.items()}, table
 
 
 @pytest.mark.parametrize("mode", ["keyword", "vector", "hybrid"])
@@ -245,9 +258,8 @@ def test_a_rule_change_rewrites_readers_without_embedding(index: Index, embed_se
         report = rag.ingest(index.root)
     assert report.documents_indexed == 1 and report.documents_skipped == len(FILES) - 1
     assert embed_server.calls == calls  # the chunks' vectors were reused
-    assert value(index.admin, "SELECT readers FROM ragpg.document WHERE path = 'public.md'") == ["staff"]
-    assert values(index.admin, "SELECT DISTINCT c.readers FROM ragpg.chunk c JOIN ragpg.document d"
-                               " ON d.id = c.document_id WHERE d.path = 'public.md'") == [["staff"]]
+    for table in ("document", "chunk", "chunk_vector"):
+        assert stored_readers(index.admin, "default", table)["public.md"] == ["staff"], table
 
 
 def test_a_bad_access_value_fails_its_document_alone(index: Index) -> None:
@@ -259,6 +271,19 @@ def test_a_bad_access_value_fails_its_document_alone(index: Index) -> None:
     [failure] = report.failures
     assert failure.path == "bad.md" and "front matter access" in failure.error
     assert "\n" not in failure.error
+
+
+def test_an_import_takes_its_readers_from_the_tree_not_the_sidecar(index: Index) -> None:
+    from rag_pg.tree.sidecar_export import export_sidecars
+    from rag_pg.tree.sidecar_import import import_sidecars
+
+    with RagPG(index.url, index.settings) as rag:
+        assert export_sidecars(rag, index.root).failures == []
+        report = import_sidecars(rag, index.root, collection="imported")
+        assert report.documents_indexed == len(FILES), report.failures
+    for table in ("document", "chunk", "chunk_vector"):
+        assert stored_readers(index.admin, "imported", table) == {
+            path: readers for path, (_, readers) in FILES.items()}, table
 
 
 def test_acting_without_the_policies_is_one_clear_error(db_url: str, embed_server: Any) -> None:

@@ -80,16 +80,20 @@ class Searcher:
         return sql.SQL("\n      AND ").join(self._sql(n) for n in names)
 
     @staticmethod
-    def whole_collection(plan: SearchPlan) -> bool:
+    def document_unfiltered(plan: SearchPlan) -> bool:
+        """No filter on the documents' own columns (the readers may still be one)."""
+        return unfiltered(plan.path_prefix, plan.front_matter, plan.level, plan.node_type)
+
+    @classmethod
+    def whole_collection(cls, plan: SearchPlan) -> bool:
         """No filter beyond the collection: the caller may decide exact vs index itself."""
-        return (plan.readers is None
-                and unfiltered(plan.path_prefix, plan.front_matter, plan.level, plan.node_type))
+        return plan.readers is None and cls.document_unfiltered(plan)
 
     @classmethod
     def collection_scan(cls, plan: SearchPlan) -> bool:
         """The vector leg reads the collection's own vector rows (search_vector_collection):
-        nothing but the collection filters or caps them."""
-        return not plan.max_per_document and cls.whole_collection(plan)
+        nothing but the collection, and the readers each row carries, filter or cap them."""
+        return not plan.max_per_document and cls.document_unfiltered(plan)
 
     @staticmethod
     def counts(plan: SearchPlan) -> dict[str, int]:
@@ -120,6 +124,8 @@ class Searcher:
             parts["exact_top"] = (sql.SQL("") if plan.max_per_document
                                   else self._sql("search_vector_exact_top", **literals))
             parts["collection_chunks"] = self._sql("search_collection_chunks")
+            parts["vector_readers"] = (sql.SQL("") if plan.readers is None
+                                       else sql.SQL(" ") + self._sql("search_filter_vector_readers"))
             parts["exact"] = self._sql("search_vector_exact", **parts)
             if plan.exact is not None:
                 scope = "search_vector_scope_given"
@@ -133,8 +139,13 @@ class Searcher:
             whole = self.whole_collection(plan)
             chunk_collection = ("search_chunk_collection_routed" if plan.routed
                                 else "search_chunk_collection")
-            parts = {"keep": sql.SQL("true") if whole else sql.SQL("({})").format(where),
-                     "keep_join": sql.SQL("") if whole else self._sql("search_keyword_keep_join"),
+            keep: sql.Composable = sql.SQL("true") if whole else sql.SQL("({})").format(where)
+            joined = not whole
+            if not whole and self.document_unfiltered(plan):
+                # Only the readers filter: each chunk carries them, no join to its document.
+                keep, joined = self._sql("search_filter_chunk_readers"), False
+            parts = {"keep": keep,
+                     "keep_join": self._sql("search_keyword_keep_join") if joined else sql.SQL(""),
                      "doc_filter": where, "chunk_collection": self._sql(chunk_collection),
                      **literals}
             if plan.keyword_exhaustive:

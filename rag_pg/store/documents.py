@@ -212,7 +212,8 @@ class Store(VectorIndexes, RunLog, TermStatistics):
             chunk_ids = [int(i) for i in cur.fetchall()]
             # Under row-level security (acting for a tenant, or a runtime role on tables that
             # hold the reader policies) PostgreSQL refuses COPY: staged COPY.
-            staged = tenancy.active() is not None or self._held_by_policies(cur)
+            staged = not distributed and (tenancy.active() is not None
+                                          or self._held_by_policies(cur))
             if distributed:
                 self._insert_chunks(cur, collection, prepared, ids, chunk_ids)
             else:
@@ -293,8 +294,9 @@ class Store(VectorIndexes, RunLog, TermStatistics):
             if p.vectors is None:
                 i += len(p.chunks)
                 continue
+            readers = None if p.readers is None else list(p.readers)
             for vec in p.vectors:
-                yield (chunk_ids[i], collection, model, vec)
+                yield (chunk_ids[i], collection, model, vec, readers)
                 i += 1
 
     def _insert_vectors(self, cur: psycopg.Cursor[Any], collection: str,
@@ -311,7 +313,7 @@ class Store(VectorIndexes, RunLog, TermStatistics):
         if staged:
             cur.execute(self.q("vector_stage_create"))
         with cur.copy(self.q(f"vector{stage}_copy")) as copy:
-            copy.set_types(["bigint", "text", "text", "vector"])
+            copy.set_types(["bigint", "text", "text", "vector", "text[]"])
             for row in self._vector_rows(collection, prepared, chunk_ids, model):
                 copy.write_row(row)
         if staged:

@@ -2,7 +2,7 @@
 
 A document's readers (``document.readers``, copied on each of its chunks) are decided from the
 source at ingest (rag_pg.source.access). With permissions enabled, ``document``, ``chunk`` and
-``chunk_vector`` carry a restrictive policy, ``ragpg_reader``: a row is readable when the
+``chunk_vector`` (each row carries its document's readers) carry a restrictive policy, ``ragpg_reader``: a row is readable when the
 transaction acts as no principals (NULL: an administrator, the ingest), when the document has
 no readers (everyone who may read the collection), or when one of its readers is one of the
 acting principals. It is ANDed with the tenant policy where tenancy holds the table; without
@@ -126,17 +126,21 @@ class Scoped:
                 _reading_as.reset(reading)
             return
         with self._inner.connection() as conn:
-            if not hasattr(conn, "tenant_aware"):
-                raise ConfigError(
-                    "acting as principals needs ragpg's own connections: pass a database URL,"
-                    " not a connection or engine (their transactions are not ragpg's to open)")
             role = None if self._held(conn) else tenancy.surface_role(self._schema)
-            token = _opening.set(_statements(principals, role))
+            opening = _statements(principals, role)
             reading = _reading_as.set(principals)
             try:
-                yield conn
+                if hasattr(conn, "tenant_aware"):
+                    # ragpg's own connection opens each transaction with these statements.
+                    token = _opening.set(opening)
+                    try:
+                        yield conn
+                    finally:
+                        _opening.reset(token)
+                else:
+                    with _lent_in_one_transaction(conn, opening):
+                        yield conn
             finally:
-                _opening.reset(token)
                 _reading_as.reset(reading)
 
     def _held(self, conn: psycopg.Connection[Any]) -> bool:
@@ -156,6 +160,24 @@ class Scoped:
                 " principals")
         conn.ragpg_policies_hold = row["held"]  # type: ignore[attr-defined]
         return bool(row["held"])
+
+
+@contextmanager
+def _lent_in_one_transaction(conn: psycopg.Connection[Any],
+                             opening: tuple[sql.Composed, ...]) -> Iterator[None]:
+    """A caller's connection (Django's, an engine's) whose transactions are not ragpg's to
+    open: the whole lend is one read-only transaction (one snapshot) that names the
+    principals first and ends with the lend, so nothing of them outlives it. Inside the
+    caller's own transaction they would: refused."""
+    if conn.info.transaction_status != psycopg.pq.TransactionStatus.IDLE:
+        raise ConfigError("acting as principals on a connection inside an open transaction"
+                          " would leave them set in it: call ragpg outside the transaction"
+                          " (or give ragpg a database URL)")
+    with conn.transaction():
+        conn.execute(statement_named("snapshot_set"))
+        for statement in opening:
+            conn.execute(statement)
+        yield
 
 
 def scoped(source: S, schema: str, principals: tuple[str, ...] | None) -> S:
@@ -199,9 +221,8 @@ def enable(conn: psycopg.Connection[Any], schema: str = "ragpg") -> list[str]:
     with conn.transaction():
         tenancy.require_schema(conn, schema)
         if distribution.distributed(conn, schema):
-            raise ConfigError("permissions are not available on a Citus cluster yet: the reader"
-                              " policy of chunk_vector reads chunk, which Citus cannot carry to"
-                              " the shards")
+            raise ConfigError("permissions are not available on a Citus cluster yet: the"
+                              " readers bound to principals are kept on the coordinator only")
         q = Queries(schema)
         tenancy.hand_surface_to_role(conn, schema)
         held = []
@@ -209,8 +230,7 @@ def enable(conn: psycopg.Connection[Any], schema: str = "ragpg") -> list[str]:
             name = sql.Identifier(table["name"])
             parts = {"policy": sql.Identifier(POLICY), "table": name}
             conn.execute(q.compose("permissions_policy_drop", **parts))
-            kind = "vector" if table["name"] == "chunk_vector" else "readers"
-            conn.execute(q.compose(f"permissions_policy_{kind}", **parts))
+            conn.execute(q.compose("permissions_policy_readers", **parts))
             if not table["other_permissive"] and not table["has_base"]:
                 conn.execute(q.compose("permissions_base", policy=sql.Identifier(BASE), table=name))
             conn.execute(q.compose("permissions_rls_on", table=name))

@@ -34,6 +34,7 @@ from rag_pg.errors import (
 )
 from rag_pg.models import Chunk, Document, FailedDocument, IngestReport, SkippedFile
 from rag_pg.source import language
+from rag_pg.source.access import AccessRules
 from rag_pg.source.chunk import Chunker
 from rag_pg.source.markdown.sites import detect_style
 from rag_pg.source.parse import parse_document
@@ -167,11 +168,13 @@ def _import_all(
     anchor_style = settings.source.anchor_style
     if anchor_style == "auto":  # as an ingest of this root would slug its anchors
         anchor_style = detect_style(root)
+    # Who reads each document is the tree's to say, as on an ingest: never the sidecar's.
+    access = AccessRules.load(root, settings.permissions.default)
     for item in with_sidecar:
         report.documents_seen += 1
         try:
             prepared, write_model = _prepare(root, root_key, item, model, dimension, settings,
-                                             anchor_style)
+                                             anchor_style, access)
         except SidecarError as exc:
             _fail(report, item.path, str(exc), exc.kind)
             continue
@@ -194,7 +197,7 @@ def _import_all(
 
 def _prepare(
     root: Path, root_key: str, item: Any, model: str | None, dimension: int | None, settings: Any,
-    anchor_style: str,
+    anchor_style: str, access: AccessRules,
 ) -> tuple[PreparedDocument, str | None]:
     """Check one sidecar against its Markdown file and the collection; build the document."""
     try:
@@ -238,10 +241,19 @@ def _prepare(
         fingerprint=fingerprint(
             int(size), int(overlap), model if embeds else None,
             max_tokens=cap if isinstance(cap, int) and not isinstance(cap, bool) else None,
-            anchor_style=str(anchors), parser=str(parser) if parser else None),
+            anchor_style=str(anchors), parser=str(parser) if parser else None,
+            access=access.fingerprint_part(item.path)),
         source_root=root_key,
+        readers=_readers(access, item.path, document),
     )
     return prepared, model if embeds else None
+
+
+def _readers(access: AccessRules, path: str, document: Document) -> tuple[str, ...] | None:
+    try:
+        return access.readers(path, document.front_matter)
+    except ConfigError as exc:
+        raise SidecarError("invalid_sidecar", f"cannot parse: {exc}") from None
 
 
 def _check_model(sidecar: Sidecar, document: Document, model: str | None,

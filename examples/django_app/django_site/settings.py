@@ -32,8 +32,12 @@ SECRET_KEY = os.environ.get("DJANGO_SECRET_KEY", "insecure-example-key-change-me
 DEBUG = os.environ.get("DJANGO_DEBUG") == "1"
 ALLOWED_HOSTS = ["localhost", "127.0.0.1", "testserver"]
 
-INSTALLED_APPS = ["docsearch"]
-MIDDLEWARE = ["django.middleware.common.CommonMiddleware"]
+# Django's users and groups: a user reads the documents of its groups (docsearch.engine).
+INSTALLED_APPS = ["django.contrib.auth", "django.contrib.contenttypes", "django.contrib.sessions",
+                  "docsearch"]
+MIDDLEWARE = ["django.middleware.common.CommonMiddleware",
+              "django.contrib.sessions.middleware.SessionMiddleware",
+              "django.contrib.auth.middleware.AuthenticationMiddleware"]
 ROOT_URLCONF = "django_site.urls"
 WSGI_APPLICATION = "django_site.wsgi.application"
 
@@ -48,4 +52,6 @@ RAGPG = {
     "COLLECTION": os.environ.get("RAGPG_COLLECTION", "default"),
     "EMBEDDING_PROVIDER": os.environ.get("RAGPG_EMBEDDING_PROVIDER"),  # http | local | none
     "EMBEDDING_URL": os.environ.get("RAGPG_EMBEDDING_URL"),
+    # Users read what their groups may (`ragpg permissions enable` first; docs/permissions.md).
+    "PERMISSIONS": os.environ.get("RAGPG_PERMISSIONS_ENABLED", "").lower() in ("1", "true"),
 }

@@ -51,6 +51,21 @@ def close_provider() -> None:
             _provider = None
 
 
+def principals_of(user: Any) -> list[str] | None:
+    """Who ``user`` reads as under ragpg's permissions: ``user:<name>`` and its groups'
+    names (the names a document's ``access:`` or the tree's ``.ragpg-access`` give); an
+    anonymous visitor, nobody (only the documents everyone may read); a superuser, no
+    restriction. Without ``RAGPG["PERMISSIONS"]`` (``ragpg permissions enable`` not run),
+    no restriction either."""
+    if not getattr(settings, "RAGPG", {}).get("PERMISSIONS"):
+        return None
+    if user is None or not user.is_authenticated:
+        return []
+    if user.is_superuser:
+        return None
+    return [f"user:{user.get_username()}", *user.groups.values_list("name", flat=True)]
+
+
 def rag(using: str = "default") -> RagPG:
     """A RagPG on this thread's Django connection ``using``.
 

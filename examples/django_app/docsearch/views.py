@@ -38,7 +38,10 @@ def search(request: HttpRequest) -> JsonResponse:
     if mode is not None and mode not in MODES:
         return _bad_request(f"mode must be one of {', '.join(MODES)}")
     try:
-        hits = engine.rag().search(query, k, mode=mode)
+        # The database filters by what the logged-in user may read (docs/permissions.md).
+        rag = engine.rag()
+        with rag.acting_as(engine.principals_of(request.user)):
+            hits = rag.search(query, k, mode=mode)
     except ConfigError as exc:
         return _bad_request(str(exc))
     except RagError as exc:

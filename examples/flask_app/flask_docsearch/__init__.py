@@ -38,7 +38,11 @@ def create_app(config: Mapping[str, Any] | None = None) -> Flask:
     garbage-collected or the interpreter exits; ``close_ragpg(app)`` closes it earlier.
     """
     app = Flask(__name__)
-    app.config.from_mapping(RAGPG_SETTINGS=None)
+    # RAGPG_PRINCIPALS: who the current request's user reads as, a function of no argument
+    # returning their principals (their groups, "user:<name>") from the app's login, e.g.
+    # flask-login's current_user; an empty list: only the documents everyone may read. None
+    # (the default): no restriction. docs/permissions.md.
+    app.config.from_mapping(RAGPG_SETTINGS=None, RAGPG_PRINCIPALS=None)
     if config:
         app.config.update(config)
     settings = app.config["RAGPG_SETTINGS"] or Settings.from_env()
@@ -82,8 +86,11 @@ def search() -> Any:
     mode = request.args.get("mode") or None
     if mode is not None and mode not in MODES:
         return _bad_request(f"mode must be one of {', '.join(MODES)}")
+    principals_of = current_app.config["RAGPG_PRINCIPALS"]
     try:
-        hits = rag().search(query, k, mode=mode)
+        # The database filters by what the logged-in user may read.
+        with rag().acting_as(principals_of() if principals_of else None):
+            hits = rag().search(query, k, mode=mode)
     except ConfigError as exc:
         return _bad_request(str(exc))
     except RagError as exc:  # database or embedding service down: the client may retry

@@ -1,8 +1,9 @@
 """Who may read each document: its readers, and the principals a transaction acts as.
 
 ``document.readers`` lists the principals that may read the document (NULL: everyone who may
-read its collection, as before); ``chunk.readers`` carries the same list on each of its chunks,
-so that a policy or a search leg filters chunks without a join. ``principal_role`` binds a BI
+read its collection, as before); ``chunk.readers`` and ``chunk_vector.readers`` carry the same
+list on each of its chunks and vectors, so that a policy or a search leg filters the rows it
+scans without a join (an HNSW scan then filters the vector rows themselves). ``principal_role`` binds a BI
 reader to its principals (``ragpg roles create-reader NAME --principals ...``).
 
 ``acting_principals()`` is what the reader policies call (installed by ``ragpg permissions
@@ -30,6 +31,8 @@ COMMENT ON COLUMN {s}.document.readers IS
     'The principals that may read the document (NULL: everyone who may read the collection).';
 ALTER TABLE {s}.chunk ADD COLUMN readers text[];
 COMMENT ON COLUMN {s}.chunk.readers IS 'Its document''s readers, kept with each chunk.';
+ALTER TABLE {s}.chunk_vector ADD COLUMN readers text[];
+COMMENT ON COLUMN {s}.chunk_vector.readers IS 'Its chunk''s readers, kept with each vector.';
 
 CREATE TABLE {s}.principal_role (
     role       text PRIMARY KEY,
@@ -54,6 +57,7 @@ COMMENT ON FUNCTION {s}.acting_principals() IS
 DOWNGRADE = """
 DROP FUNCTION {s}.acting_principals();
 DROP TABLE {s}.principal_role;
+ALTER TABLE {s}.chunk_vector DROP COLUMN readers;
 ALTER TABLE {s}.chunk DROP COLUMN readers;
 ALTER TABLE {s}.document DROP COLUMN readers;
 """

@@ -41,14 +41,6 @@ CREATE POLICY {policy} ON {schema}.{table} AS RESTRICTIVE
     USING ((SELECT {schema}.acting_principals()) IS NULL OR readers IS NULL
            OR readers && (SELECT {schema}.acting_principals()));
 
--- name: permissions_policy_vector
--- A vector row carries no readers: it is readable when its chunk is (chunk's own policy
--- holds the subquery).
-CREATE POLICY {policy} ON {schema}.{table} AS RESTRICTIVE
-    USING ((SELECT {schema}.acting_principals()) IS NULL
-           OR EXISTS (SELECT FROM {schema}.chunk c
-                      WHERE c.id = {table}.chunk_id AND c.collection = {table}.collection));
-
 -- name: permissions_base
 -- A restrictive policy alone lets no row through: without tenancy, this one lets every row
 -- that the restrictive ones allow.

@@ -53,10 +53,12 @@ INSERT INTO {schema}.chunk
 VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s::regconfig, %s, %s, %s);
 
 -- name: vector_insert
-INSERT INTO {schema}.chunk_vector (chunk_id, collection, model, embedding) VALUES (%s, %s, %s, %s);
+INSERT INTO {schema}.chunk_vector (chunk_id, collection, model, embedding, readers)
+VALUES (%s, %s, %s, %s, %s);
 
 -- name: vector_copy
-COPY {schema}.chunk_vector (chunk_id, collection, model, embedding) FROM STDIN (FORMAT BINARY);
+COPY {schema}.chunk_vector (chunk_id, collection, model, embedding, readers)
+FROM STDIN (FORMAT BINARY);
 
 -- Under row-level security PostgreSQL refuses COPY into the table itself: the rows go to a
 -- temporary table of the same columns, then in by one INSERT that the policies check.
@@ -88,14 +90,15 @@ DELETE FROM pg_temp.ragpg_chunk_stage;
 
 -- name: vector_stage_create
 CREATE TEMPORARY TABLE IF NOT EXISTS ragpg_vector_stage ON COMMIT DROP AS
-SELECT chunk_id, collection, model, embedding FROM {schema}.chunk_vector WITH NO DATA;
+SELECT chunk_id, collection, model, embedding, readers FROM {schema}.chunk_vector WITH NO DATA;
 
 -- name: vector_stage_copy
-COPY pg_temp.ragpg_vector_stage (chunk_id, collection, model, embedding) FROM STDIN (FORMAT BINARY);
+COPY pg_temp.ragpg_vector_stage (chunk_id, collection, model, embedding, readers)
+FROM STDIN (FORMAT BINARY);
 
 -- name: vector_stage_insert
-INSERT INTO {schema}.chunk_vector (chunk_id, collection, model, embedding)
-SELECT chunk_id, collection, model, embedding FROM pg_temp.ragpg_vector_stage;
+INSERT INTO {schema}.chunk_vector (chunk_id, collection, model, embedding, readers)
+SELECT chunk_id, collection, model, embedding, readers FROM pg_temp.ragpg_vector_stage;
 
 -- name: vector_stage_clear
 DELETE FROM pg_temp.ragpg_vector_stage;

@@ -33,8 +33,8 @@ COPY pg_temp.ragpg_reembed_stage (chunk_id, embedding) FROM STDIN (FORMAT BINARY
 
 -- name: reembed_stage_insert
 -- Chunks deleted meanwhile are skipped (the join), vectors already there are kept.
-INSERT INTO {schema}.chunk_vector (chunk_id, collection, model, embedding)
-SELECT s.chunk_id, c.collection, %(model)s, s.embedding
+INSERT INTO {schema}.chunk_vector (chunk_id, collection, model, embedding, readers)
+SELECT s.chunk_id, c.collection, %(model)s, s.embedding, c.readers
 FROM pg_temp.ragpg_reembed_stage s JOIN {schema}.chunk c ON c.id = s.chunk_id
 ON CONFLICT (chunk_id, model, collection) DO NOTHING;
 

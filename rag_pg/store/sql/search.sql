@@ -105,14 +105,15 @@ vec_exact AS MATERIALIZED (
 ORDER BY e.distance, e.chunk_id LIMIT {vec_fetch}
 
 -- name: search_vector_collection
--- The common case, on its own: a whole collection (no other filter, no per-document cap).
+-- The common case, on its own: a whole collection (no other filter, no per-document cap; the
+-- readers of an asker, which each vector row carries, filter the rows the scan walks).
 -- Large enough for the index, the HNSW scan filters on the vector rows' own collection, so
 -- no candidate is joined to anything before the final k: as cheap as a bare pgvector query.
 -- Small enough for exact search (vec_scope), the general leg's exact branch; one runs.
 vec_ann AS MATERIALIZED (
     SELECT cv.chunk_id, (cv.embedding::{vkind}({dim})) <=> %(qvec)s::{vkind}({dim}) AS distance
     FROM {schema}.chunk_vector cv
-    WHERE cv.collection = %(collection)s AND cv.model = {model}
+    WHERE cv.collection = %(collection)s AND cv.model = {model}{vector_readers}
       AND NOT (SELECT exact FROM vec_scope)
     ORDER BY (cv.embedding::{vkind}({dim})) <=> %(qvec)s::{vkind}({dim})
     LIMIT {vec_fetch}
@@ -527,6 +528,15 @@ d.node_type = %(node_type)s
 -- The documents the acting principals may read, as the reader policy decides (which holds
 -- these rows anyway): written here too so that the plan counts them like any filter.
 (d.readers IS NULL OR d.readers && %(readers)s::text[])
+
+-- name: search_filter_chunk_readers
+-- The same, on the chunk's own copy of its document's readers (no join).
+(c.readers IS NULL OR c.readers && %(readers)s::text[])
+
+-- name: search_filter_vector_readers
+-- The same, on the vector row's own copy: the HNSW scan filters the rows it walks (with
+-- iterative scans, until it has its rows), nothing is joined before the final k.
+AND (cv.readers IS NULL OR cv.readers && %(readers)s::text[])
 
 -- name: search_setting
 -- One setting of a search, for its transaction only (SET LOCAL). The HNSW scan's; no sequential
