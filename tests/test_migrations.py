@@ -119,3 +119,18 @@ def test_this_rounds_replacements_go_down_and_up_again(db_url: str) -> None:
     assert "MERGE INTO" in function and "JOIN ragpg.document" not in view
     with psycopg.connect(db_url) as conn:
         assert migrate.current_revision(conn, "ragpg") == migrate.head_revision()
+
+
+def test_a_server_without_unaccent_gets_configurations_that_keep_accents(empty_db_url, monkeypatch):
+    """A PostgreSQL built without its contrib modules (no unaccent) still takes the schema:
+    the same configurations, accents not folded."""
+    from rag_pg.migrations import ddl
+
+    monkeypatch.setattr(ddl, "extension_available", lambda name: False)
+    with psycopg.connect(empty_db_url) as conn:
+        migrate.upgrade(conn, "ragpg")
+        assert migrate.current_revision(conn, "ragpg") == migrate.head_revision()
+        assert conn.execute("SELECT count(*) FROM pg_extension WHERE extname = 'unaccent'"
+                            ).fetchone() == (0,)
+        folded = conn.execute("SELECT to_tsvector('ragpg.french', 'élévation')::text").fetchone()[0]
+        assert "é" in folded  # stemmed, not folded

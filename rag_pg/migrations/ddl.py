@@ -65,6 +65,14 @@ def has_term_stat_triggers(schema: str) -> bool:
     return bool(found and found[0])
 
 
+def extension_available(name: str) -> bool:
+    """Whether the server can create the extension ``name`` (installed already, or its files
+    are there)."""
+    found = driver().execute("SELECT EXISTS (SELECT FROM pg_available_extensions WHERE name = %s)",
+                             (name,)).fetchone()
+    return bool(found and found[0])
+
+
 def prepare_schema(bind: SAConnection, schema: str) -> None:
     """Wait for any other migration of this database, then make sure the schema exists."""
     conn = driver(bind)

@@ -12,11 +12,11 @@ down_revision = None
 branch_labels = None
 depends_on = None
 
-UPGRADE = """
-CREATE EXTENSION IF NOT EXISTS vector;
+# Accent-folding stemmed configurations: 'élévation' and 'elevation' match. A server without
+# the unaccent extension (a PostgreSQL built without its contrib modules) gets the same
+# configurations without the folding: accents then count.
+CONFIGURATIONS = """
 CREATE EXTENSION IF NOT EXISTS unaccent;
-
--- Accent-folding stemmed configurations: 'élévation' and 'elevation' match.
 CREATE TEXT SEARCH CONFIGURATION {s}.french (COPY = pg_catalog.french);
 ALTER TEXT SEARCH CONFIGURATION {s}.french
     ALTER MAPPING FOR hword, hword_part, word WITH unaccent, french_stem;
@@ -26,6 +26,15 @@ ALTER TEXT SEARCH CONFIGURATION {s}.english
 CREATE TEXT SEARCH CONFIGURATION {s}.simple (COPY = pg_catalog.simple);
 ALTER TEXT SEARCH CONFIGURATION {s}.simple
     ALTER MAPPING FOR hword, hword_part, word WITH unaccent, simple;
+"""
+CONFIGURATIONS_WITHOUT_UNACCENT = """
+CREATE TEXT SEARCH CONFIGURATION {s}.french (COPY = pg_catalog.french);
+CREATE TEXT SEARCH CONFIGURATION {s}.english (COPY = pg_catalog.english);
+CREATE TEXT SEARCH CONFIGURATION {s}.simple (COPY = pg_catalog.simple);
+"""
+
+UPGRADE = """
+CREATE EXTENSION IF NOT EXISTS vector;
 
 CREATE TABLE {s}.collection (
     name        text PRIMARY KEY,
@@ -120,6 +129,8 @@ DROP TEXT SEARCH CONFIGURATION IF EXISTS {s}.simple;
 
 
 def upgrade(schema: str = "ragpg") -> None:
+    folding = ddl.extension_available("unaccent")
+    ddl.run(CONFIGURATIONS if folding else CONFIGURATIONS_WITHOUT_UNACCENT, schema)
     ddl.run(UPGRADE, schema)
 
 
