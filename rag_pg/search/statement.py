@@ -144,7 +144,10 @@ class Searcher:
             if not whole and self.document_unfiltered(plan):
                 # Only the readers filter: each chunk carries them, no join to its document.
                 keep, joined = self._sql("search_filter_chunk_readers"), False
+            gin = "search_keyword_gin" if plan.readers is None else "search_keyword_gin_readable"
             parts = {"keep": keep,
+                     "seed_match": self._sql(gin, query=sql.SQL("(SELECT seed_q FROM kw_query)")),
+                     "rest_match": self._sql(gin, query=sql.SQL("(SELECT q FROM kw_rest_query)")),
                      "keep_join": self._sql("search_keyword_keep_join") if joined else sql.SQL(""),
                      "doc_filter": where, "chunk_collection": self._sql(chunk_collection),
                      **literals}

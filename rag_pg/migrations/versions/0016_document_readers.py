@@ -13,6 +13,11 @@ transaction's ``ragpg.principals`` setting (ragpg sets it with ``SET LOCAL``), a
 NULL: no restriction (the owner's ingest, an administrator). It keys on ``session_user``,
 which neither a view, a SECURITY DEFINER function nor ``SET ROLE`` changes.
 
+``readable_matches()`` gives a search held by the policies its keyword postings: under
+row-level security PostgreSQL cannot use the GIN index for ``@@`` (not leakproof), so the
+function, which runs as the tables' owner, returns the ids of the matching chunks the acting
+principals may read (under tenancy's FORCE the owner is held too, tenant included).
+
 Revision ID: 0016
 Revises: 0015
 Create Date: 2026-12-07
@@ -52,9 +57,23 @@ $fn$;
 COMMENT ON FUNCTION {s}.acting_principals() IS
     'The principals the current login reads as in this transaction; NULL: no restriction.'
     ' Called by the reader policies.';
+
+CREATE FUNCTION {s}.readable_matches(collection text, query tsquery) RETURNS bigint[]
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $fn$
+    SELECT coalesce(array_agg(c.id), '{{}}'::bigint[])
+    FROM (SELECT {s}.acting_principals() AS p) a, {s}.chunk c
+    WHERE c.collection = $1 AND c.tsv @@ $2
+      AND (a.p IS NULL OR c.readers IS NULL OR c.readers && a.p)
+$fn$;
+COMMENT ON FUNCTION {s}.readable_matches(text, tsquery) IS
+    'The chunks of a collection matching a tsquery that the acting principals may read:'
+    ' the keyword search''s postings under row-level security (the GIN index, which the'
+    ' policies keep a held role from using).';
+REVOKE ALL ON FUNCTION {s}.readable_matches(text, tsquery) FROM PUBLIC;
 """
 
 DOWNGRADE = """
+DROP FUNCTION {s}.readable_matches(text, tsquery);
 DROP FUNCTION {s}.acting_principals();
 DROP TABLE {s}.principal_role;
 ALTER TABLE {s}.chunk_vector DROP COLUMN readers;

@@ -40,6 +40,7 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO {role};
 GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA {schema} TO {role};
 REVOKE ALL ON {schema}.tenant_collection, {schema}.tenant_role, {schema}.principal_role
     FROM {role};
+GRANT EXECUTE ON FUNCTION {schema}.readable_matches(text, tsquery) TO {role};
 REVOKE INSERT, UPDATE, DELETE ON {schema}.alembic_version FROM {role};
 
 -- name: runtime_role_register

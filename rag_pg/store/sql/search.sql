@@ -279,7 +279,7 @@ kw_seed_match AS MATERIALIZED (
     {keep_join}
     CROSS JOIN LATERAL unnest(ts_filter(setweight(c.tsv, 'A', (SELECT lexemes FROM kw_query)),
                                         ARRAY['a']::"char"[])) AS u
-    WHERE {chunk_collection} AND c.tsv @@ (SELECT seed_q FROM kw_query)
+    WHERE {chunk_collection} AND {seed_match}
       AND NOT (SELECT small FROM kw_scope)
       AND ts_match_vq(c.tsv, (SELECT prefilter FROM kw_query)) AND {keep}
 ),
@@ -316,7 +316,7 @@ kw_rest_match AS MATERIALIZED (
     {keep_join}
     CROSS JOIN LATERAL unnest(ts_filter(setweight(c.tsv, 'A', (SELECT lexemes FROM kw_query)),
                                         ARRAY['a']::"char"[])) AS u
-    WHERE {chunk_collection} AND c.tsv @@ (SELECT q FROM kw_rest_query)
+    WHERE {chunk_collection} AND {rest_match}
       AND NOT (SELECT small FROM kw_scope) AND NOT (SELECT by_filter FROM kw_rest_query)
       AND NOT coalesce(ts_match_vq(c.tsv, (SELECT seed_q FROM kw_query)), false)
       AND ts_match_vq(c.tsv, (SELECT prefilter FROM kw_query)) AND {keep}
@@ -384,6 +384,19 @@ kw_scope AS MATERIALIZED (
 -- name: search_keyword_scope_whole
 -- A whole collection: the GIN scans (its size is the postings' business).
 kw_scope AS (SELECT false AS small, 0::bigint AS chunks, false AS counted)
+
+-- name: search_keyword_gin
+-- The postings of the pruned leg's words: the GIN index.
+c.tsv @@ {query}
+
+-- name: search_keyword_gin_readable
+-- Read as principals, the chunk table is under row-level security, where PostgreSQL cannot
+-- use the GIN index (the @@ operator is not leakproof: it would run on rows before the policy
+-- hides them), and would read every chunk of the collection. The postings come from
+-- readable_matches() instead, which runs as the tables' owner and returns the ids of the
+-- matching chunks the acting principals may read; the rows are then read by primary key
+-- (an equality PostgreSQL may use under the policy) and the policy holds them as ever.
+c.id = ANY ({schema}.readable_matches(%(collection)s, {query}))
 
 -- name: search_keyword_keep_join
 -- kw_match's join to document, for the filters (a whole-collection search keeps every chunk).

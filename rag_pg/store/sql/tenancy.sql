@@ -32,10 +32,10 @@ WHERE n.nspname = %(schema)s AND c.relkind IN ('v', 'm')
 UNION ALL
 SELECT 'FUNCTION', p.oid::regprocedure::text
 FROM pg_proc p JOIN pg_namespace n ON n.oid = p.pronamespace
--- The two functions the policies call keep their owner: they read the tables of tenancy and
--- permissions, which the surface role may not.
+-- The functions the policies and the held searches call keep their owner: they read the
+-- tables of tenancy and permissions, and the chunks past the policies' hold on the GIN index.
 WHERE n.nspname = %(schema)s AND p.prosecdef
-  AND p.proname NOT IN ('tenant_collections', 'acting_principals')
+  AND p.proname NOT IN ('tenant_collections', 'acting_principals', 'readable_matches')
 ORDER BY 1, 2;
 
 -- name: tenancy_surface_owner
@@ -60,9 +60,11 @@ GRANT USAGE, CREATE ON SCHEMA {schema} TO {role};
 GRANT SELECT ON ALL TABLES IN SCHEMA {schema} TO {role};
 REVOKE ALL ON {schema}.tenant_collection, {schema}.tenant_role, {schema}.principal_role
     FROM {role};
+GRANT EXECUTE ON FUNCTION {schema}.readable_matches(text, tsquery) TO {role};
 
 -- name: tenancy_surface_role_revoke
 REVOKE ALL ON ALL TABLES IN SCHEMA {schema} FROM {role};
+REVOKE ALL ON ALL ROUTINES IN SCHEMA {schema} FROM {role};
 REVOKE ALL ON SCHEMA {schema} FROM {role};
 
 -- name: tenancy_hold_reset
