@@ -164,8 +164,15 @@ class Searcher:
         if plan.mode == "hybrid":
             ctes.append(self._sql("search_phrases"))
         phrases = self._sql("search_phrases_held" if plan.mode == "hybrid" else "search_phrases_none")
+        candidates_of = self._sql(f"search_candidates_{plan.mode}")
+        rows = "search_candidate_rows"
+        if plan.readers is not None:
+            # The candidates stay a subquery of their own (OFFSET 0): pulled up, a hybrid
+            # candidate's id is a coalesce() of both legs', which PostgreSQL will not compare
+            # through an index on a table under row-level security.
+            candidates_of, rows = candidates_of + sql.SQL(" OFFSET 0"), "search_candidate_rows_held"
         final = self._sql("search_select", window=window, expanded=expanded, phrases=phrases,
-                          candidates_of=self._sql(f"search_candidates_{plan.mode}"))
+                          candidates_of=candidates_of, candidate_rows=self._sql(rows))
         return sql.SQL("WITH ") + sql.SQL(",\n").join(ctes) + sql.SQL("\n") + final
 
     def params(self, plan: SearchPlan) -> dict[str, Any]:

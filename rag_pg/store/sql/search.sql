@@ -415,8 +415,20 @@ SELECT c.id AS chunk_id, cand.vector_rank, cand.distance, cand.keyword_rank, can
        c.line_start, c.line_end, d.id AS document_id, d.path, d.title, d.collection,
        {window} AS window_chunks, {expanded} AS expanded, {phrases}
 FROM ({candidates_of}) cand
+{candidate_rows}
+
+-- name: search_candidate_rows
 JOIN {schema}.chunk c ON c.id = cand.chunk_id AND c.collection = %(collection)s
 JOIN {schema}.document d ON d.id = c.document_id AND d.collection = c.collection
+
+-- name: search_candidate_rows_held
+-- Read as principals, the policies' conditions on chunk and document (an array overlap the
+-- planner cannot estimate) can make a plain join read the whole collection to match a few
+-- candidates: each candidate's chunk and document are read by primary key instead.
+CROSS JOIN LATERAL (SELECT * FROM {schema}.chunk x
+                    WHERE x.id = cand.chunk_id AND x.collection = %(collection)s OFFSET 0) c
+CROSS JOIN LATERAL (SELECT * FROM {schema}.document y
+                    WHERE y.id = c.document_id AND y.collection = %(collection)s OFFSET 0) d
 
 -- name: search_phrases
 -- Hybrid: the question's word pairs as phrases, in each text search configuration: two
