@@ -11,7 +11,7 @@ as ``scale.py``'s path filter), enables the reader policy (``ragpg permissions e
 times ragpg's search statement in each mode, as each asker, on the embedded server's
 superuser: the transaction names the principals and sets the surface role first, exactly as
 ``RagPG(..., principals=...)`` does. Every hit is checked readable by its asker, and the number
-of hits per query is reported (k = 10 whenever that many readable chunks match).
+of candidate rows per query is reported (20 per leg whenever that many readable chunks match).
 
 Writes ``<results>/permissions.md``.
 """
@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         " group of 100; the reader policy is enabled for every row read, the asker's transaction"
         " sets the principals and the surface role.",
         "",
-        "| mode | asker | p50 ms | p95 ms | p50 / no permissions | hits per query |",
+        "| mode | asker | p50 ms | p95 ms | p50 / no permissions | candidate rows per query |",
         "|---|---|---:|---:|---:|---:|",
     ]
     for mode in MODES:
