@@ -251,6 +251,22 @@ def test_the_cli_reads_as_the_principals_it_is_given(index: Index) -> None:
     assert bad.returncode == 2 and "not a principal" in bad.stderr
 
 
+def test_eval_as_a_principal_scores_only_what_it_may_read(index: Index, tmp_path: Path) -> None:
+    questions = tmp_path / "questions.jsonl"
+    questions.write_text(json.dumps({"query": f"budget {marker('hr/salaries.md')}",
+                                     "relevant": ["hr/salaries.md"]}) + "\n", encoding="utf-8")
+    env = {"RAGPG_DATABASE_URL": index.url, "RAGPG_EMBEDDING_PROVIDER": "none"}
+    args = ["eval", str(questions), "--modes", "keyword", "--json", "--details"]
+    done = run_cli(["--as", "staff", *args], env=env)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    rankings = [q["rankings"] for q in report["queries"]]
+    assert "hr/salaries" not in json.dumps(rankings)  # never among its rankings
+    admin = json.loads(run_cli(args, env=env).stdout)
+    assert "hr/salaries" in json.dumps([q["rankings"] for q in admin["queries"]])
+    assert report["modes"]["keyword"] != admin["modes"]["keyword"]
+
+
 def test_a_rule_change_rewrites_readers_without_embedding(index: Index, embed_server: Any) -> None:
     (index.root / ".ragpg-access").write_text(RULES + "public.md @staff\n", encoding="utf-8")
     calls = embed_server.calls
