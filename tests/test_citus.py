@@ -540,3 +540,17 @@ def test_the_commands_and_the_service_work_on_a_cluster_url(cluster, schema, emb
         assert cli("search", "renard sauvegarde", "-k", "3", "--mode", "vector", "--json",
                    RAGPG_EMBEDDING_URL=other.url)
     assert cli("check", "--json")["ok"] is True
+
+
+@needs_citus
+def test_permissions_on_a_cluster_are_refused_in_one_line(pair, cluster, schema):
+    """Not built for Citus yet (the readers bound to principals live on the coordinator):
+    one clear error, and the cluster's tables are left as they were."""
+    from rag_pg.errors import ConfigError
+    from rag_pg.store import permissions
+
+    with psycopg.connect(cluster.url, autocommit=True) as conn:
+        with pytest.raises(ConfigError, match="not available on a Citus cluster"):
+            permissions.enable(conn, schema)
+        held = conn.execute("SELECT count(*) FROM pg_policy WHERE polname = 'ragpg_reader'").fetchone()
+    assert held == (0,)
