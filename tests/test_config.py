@@ -170,3 +170,19 @@ def test_markdown_and_document_settings_come_from_the_environment():
 def test_bad_markdown_and_document_settings(overrides, message):
     with pytest.raises(ConfigError, match=message):
         Settings.load(environ={}, cwd=Path("/nonexistent-dir-for-test"), overrides=overrides)
+
+
+def test_server_clients_parse_from_the_environment_and_never_print_their_tokens():
+    env = {"RAGPG_SERVER_CLIENTS": '[{"name": "hr", "token": "tok-CANARY-0123456789ab",'
+                                   ' "principals": ["hr", "user:ann"]}, {"name": "ops",'
+                                   ' "token_env": "OPS_TOKEN"}]'}
+    settings = Settings.load(environ=env)
+    hr, ops = settings.server.clients
+    assert (hr.name, hr.principals, ops.token_env) == ("hr", ("hr", "user:ann"), "OPS_TOKEN")
+    assert "tok-CANARY" not in str(settings.to_dict())
+    for bad, message in (('[{"name": "x"}]', "exactly one of token_env and token"),
+                         ('[{"name": "x", "token": "t", "principals": ["a b"]}]', "not a principal"),
+                         ('[{"name": "x", "tokn": "t"}]', "unknown key"),
+                         ('{"name": "x"}', "list of tables")):
+        with pytest.raises(ConfigError, match=message):
+            Settings.load(environ={"RAGPG_SERVER_CLIENTS": bad})

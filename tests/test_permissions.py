@@ -434,3 +434,24 @@ def test_mcp_reads_as_the_principals_it_was_started_with(index: Index, embed_ser
     for path in FILES:
         assert (marker(path) in text) == readable(path, ("staff",)), path
     assert hidden.is_error and marker("hr/salaries.md") not in text_of(hidden)
+
+
+def test_a_services_callers_are_checked_before_it_listens(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rag_pg.serve.auth import Caller, caller_of, callers
+
+    def clients(*entries: dict[str, Any], **more: Any) -> Settings:
+        return Settings.load(environ={"RAGPG_SERVER_CLIENTS": json.dumps(list(entries)), **more})
+
+    monkeypatch.setenv("HR_TOKEN_VAR", HR_TOKEN)
+    known = callers(clients({"name": "hr", "token_env": "HR_TOKEN_VAR", "principals": ["hr"]},
+                            {"name": "staff", "token": STAFF_TOKEN}))
+    assert caller_of(f"Bearer {HR_TOKEN}", known) == Caller("hr", None, ("hr",))
+    assert caller_of(f"Bearer {STAFF_TOKEN}", known) == Caller("staff")
+    assert caller_of(f"Bearer {HR_TOKEN}x", known) is None and caller_of(None, known) is None
+    for entries, message in (
+            (({"name": "a", "token_env": "UNSET_TOKEN_VAR"},), "unset or empty"),
+            (({"name": "a", "token": "short"},), "at least 16"),
+            (({"name": "a", "token": HR_TOKEN}, {"name": "b", "token": HR_TOKEN}), "also 'a'"),
+            (({"name": "a", "token": HR_TOKEN, "tenant": "acme"},), "tenancy.enabled is false")):
+        with pytest.raises(ConfigError, match=message):
+            callers(clients(*entries))
