@@ -132,5 +132,4 @@ def test_a_server_without_unaccent_gets_configurations_that_keep_accents(empty_d
         assert migrate.current_revision(conn, "ragpg") == migrate.head_revision()
         assert conn.execute("SELECT count(*) FROM pg_extension WHERE extname = 'unaccent'"
                             ).fetchone() == (0,)
-        folded = conn.execute("SELECT to_tsvector('ragpg.french', 'élévation')::text").fetchone()[0]
-        assert "é" in folded  # stemmed, not folded
+        assert "é" in value(conn, "SELECT to_tsvector('ragpg.french', 'élévation')::text")
