@@ -101,7 +101,8 @@ def grants(conn: psycopg.Connection[Any], name: str) -> set[tuple[str, str]]:
 
 
 EXPECTED_GRANTS = {("schema ragpg", "USAGE"), (FUNCTION, "EXECUTE"),
-                   ("ragpg.tenant_collections()", "EXECUTE")} | {
+                   ("ragpg.tenant_collections()", "EXECUTE"),
+                   ("ragpg.acting_principals()", "EXECUTE")} | {
     (f"ragpg.{view}", "SELECT") for view in PUBLISHED_VIEWS
 }
 
@@ -302,7 +303,8 @@ def test_cli_create_reader(db_url: str, role_names: Callable[[], str], tmp_path:
     assert data == {
         "name": name, "schema": "ragpg", "database": data["database"], "created": True,
         "views": list(PUBLISHED_VIEWS),
-        "functions": ["keyword_search(text, integer, text)", "tenant_collections()"],
+        "functions": ["acting_principals()", "keyword_search(text, integer, text)",
+                      "tenant_collections()"],
         "statement_timeout": "45s", "connection_limit": 10, "password_set": True, "tenant": None,
             "principals": None,
     }

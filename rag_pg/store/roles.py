@@ -46,6 +46,7 @@ PUBLISHED_VIEWS: tuple[str, ...] = ("documents_v", "chunks_v", "ingest_runs_v", 
 """Views a reader may SELECT (created by migration 0002)."""
 
 PUBLISHED_FUNCTIONS: tuple[tuple[str, str], ...] = (
+    ("acting_principals", ""),  # what a reader reads as (permissions; the policies call it)
     ("keyword_search", "text, integer, text"),
     ("tenant_collections", ""),
 )
