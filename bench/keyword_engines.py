@@ -66,15 +66,9 @@ def start_server(folder: Path) -> Any:
         if "pg_search" in loaded:
             return server
         conn.execute(PRELOAD)
-    _commands.pg_ctl(["-w", "-m", "fast", "-l", str(server.log), "restart"], pgdata=server.pgdata,
-                     user=server.system_user, timeout=120)
-    for _ in range(600):
-        info = PostmasterInfo.read_from_pgdata(server.pgdata)
-        if info is not None and info.is_running() and info.status == "ready":
-            server._postmaster_info = info
-            return server
-        time.sleep(0.1)
-    raise SystemExit("keyword_engines: the server did not come back after preloading the engines")
+    if not scale.restart(server, _commands, PostmasterInfo):
+        raise SystemExit("keyword_engines: the server did not come back after preloading the engines")
+    return server
 
 
 def build(server: Any, a: argparse.Namespace) -> dict[str, Any]:

@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
                               readers=asker)
             with conn.transaction():
                 if asker is not None:
-                    for statement in permissions._statements(asker, role):
+                    for statement in permissions.statements_for(asker, role):
                         conn.execute(statement)
                 return [int(row.chunk_id) for row in searcher.execute(conn, plan).fetchall()]
 

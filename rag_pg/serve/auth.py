@@ -17,7 +17,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 
-from rag_pg.config import Settings, env_secret
+from rag_pg.config import Settings, client_token
 from rag_pg.errors import ConfigError
 from rag_pg.serve.rules import check_text
 from rag_pg.store import permissions, tenancy
@@ -70,7 +70,7 @@ def callers(settings: Settings) -> dict[str, Caller]:
         found[token] = Caller("default")
     for client in settings.server.clients:
         where = f"server.clients[{client.name!r}]"
-        value = client.token if client.token is not None else env_secret(client.token_env or "")
+        value = client_token(client)
         if value is None:
             raise ConfigError(f"{where}: the variable {client.token_env} is unset or empty")
         checked = check_token(value, where=f"{where} token")

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from rag_pg.config import Settings, env_secret
+from rag_pg.config import Settings, client_token
 from rag_pg.errors import (
     CollectionNotFound,
     ConfigError,
@@ -98,8 +98,7 @@ class Secrets:
     def from_settings(cls, settings: Settings, extra: Iterable[str | None] = ()) -> Secrets:
         values: list[str | None] = [settings.server.token, *extra]
         for client in settings.server.clients:
-            values.append(client.token if client.token is not None
-                          else env_secret(client.token_env or ""))
+            values.append(client_token(client))
         if settings.database.url:
             values += dsn_passwords(settings.database.url)
         return cls(values)

@@ -20,7 +20,7 @@ from rag_pg.config import IndexSettings
 from rag_pg.errors import DimensionMismatch, StoreError
 from rag_pg.models import Chunk, Document
 from rag_pg.source import markdown as markdown_parser
-from rag_pg.store import distribution, retry, tenancy
+from rag_pg.store import distribution, retry
 from rag_pg.store.boundary import translated
 from rag_pg.store.queries import Queries
 from rag_pg.store.runs import RunLog
@@ -210,10 +210,9 @@ class Store(VectorIndexes, RunLog, TermStatistics):
                 return 0
             cur.execute(self.q("chunk_ids_allocate"), {"table": self.q.table("chunk"), "n": total})
             chunk_ids = [int(i) for i in cur.fetchall()]
-            # Under row-level security (acting for a tenant, or a runtime role on tables that
-            # hold the reader policies) PostgreSQL refuses COPY: staged COPY.
-            staged = not distributed and (tenancy.active() is not None
-                                          or self._held_by_policies(cur))
+            # Under row-level security (acting for a tenant, a runtime role on tables that hold
+            # the reader policies) PostgreSQL refuses COPY: staged COPY.
+            staged = not distributed and self._held_by_policies(cur)
             if distributed:
                 self._insert_chunks(cur, collection, prepared, ids, chunk_ids)
             else:

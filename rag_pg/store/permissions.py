@@ -53,10 +53,20 @@ _UNSET: Any = object()
 # The principals of the operation running in this context: _UNSET (the RagPG's own), None (no
 # restriction) or a tuple (possibly empty: only documents everyone may read).
 _acting: ContextVar[Any] = ContextVar("ragpg_principals", default=_UNSET)
-# The statements that open each transaction of a lent connection while acting as principals,
-# and those principals (the search adds them to its filters, to plan as for any filter).
-_opening: ContextVar[tuple[sql.Composed, ...]] = ContextVar("ragpg_principal_statements", default=())
-_reading_as: ContextVar[tuple[str, ...] | None] = ContextVar("ragpg_reading_as", default=None)
+
+
+
+@dataclass(frozen=True, slots=True)
+class _Lent:
+    """A connection lent while acting as principals: those principals (the search adds them to
+    its filters, to plan as for any filter) and the statements that open each transaction
+    ragpg opens on it (none on a caller's connection, whose lend is one transaction)."""
+
+    principals: tuple[str, ...]
+    opening: tuple[sql.Composed, ...]
+
+
+_lent: ContextVar[_Lent | None] = ContextVar("ragpg_lent_as", default=None)
 
 
 def principals_of(values: Any) -> tuple[str, ...] | None:
@@ -77,12 +87,14 @@ def acting_as(principals: Any) -> Iterator[None]:
 
 def opening_statements() -> tuple[sql.Composed, ...]:
     """What a transaction opened now on a lent connection sends first (nothing unless acting)."""
-    return _opening.get()
+    lent = _lent.get()
+    return () if lent is None else lent.opening
 
 
 def reading_as() -> tuple[str, ...] | None:
     """The principals the connection lent now reads as (None: no restriction)."""
-    return _reading_as.get()
+    lent = _lent.get()
+    return None if lent is None else lent.principals
 
 
 def array_text(values: tuple[str, ...]) -> str:
@@ -90,7 +102,8 @@ def array_text(values: tuple[str, ...]) -> str:
     return "{" + ",".join(f'"{v}"' for v in values) + "}"
 
 
-def _statements(principals: tuple[str, ...], role: str | None) -> tuple[sql.Composed, ...]:
+def statements_for(principals: tuple[str, ...], role: str | None) -> tuple[sql.Composed, ...]:
+    """The statements that name ``principals`` in a transaction, then set ``role`` (if any)."""
     first = statement_named("principals_set").format(
         setting=sql.SQL(SETTING), principals=sql.Literal(array_text(principals)))
     if role is None:
@@ -116,32 +129,28 @@ class Scoped:
         acting = _acting.get()
         principals = self._principals if acting is _UNSET else acting
         if principals is None:
-            # An outer block's statements are not this source's.
-            token, reading = _opening.set(()), _reading_as.set(None)
+            token = _lent.set(None)  # an outer block's principals are not this source's
             try:
                 with self._inner.connection() as conn:
                     yield conn
             finally:
-                _opening.reset(token)
-                _reading_as.reset(reading)
+                _lent.reset(token)
             return
         with self._inner.connection() as conn:
             role = None if self._held(conn) else tenancy.surface_role(self._schema)
-            opening = _statements(principals, role)
-            reading = _reading_as.set(principals)
+            opening = statements_for(principals, role)
+            # ragpg's own connection opens each transaction with these statements; a caller's
+            # is lent as one transaction that sends them first.
+            ours = hasattr(conn, "tenant_aware")
+            token = _lent.set(_Lent(principals, opening if ours else ()))
             try:
-                if hasattr(conn, "tenant_aware"):
-                    # ragpg's own connection opens each transaction with these statements.
-                    token = _opening.set(opening)
-                    try:
-                        yield conn
-                    finally:
-                        _opening.reset(token)
+                if ours:
+                    yield conn
                 else:
                     with _lent_in_one_transaction(conn, opening):
                         yield conn
             finally:
-                _reading_as.reset(reading)
+                _lent.reset(token)
 
     def _held(self, conn: psycopg.Connection[Any]) -> bool:
         """Whether the login is held by the policies already (else it sets the surface role);
@@ -285,4 +294,5 @@ def status(conn: psycopg.Connection[Any], schema: str = "ragpg") -> PermissionsS
 
 
 __all__ = ["POLICY", "SETTING", "PermissionsStatus", "Scoped", "acting_as", "bind_reader",
-           "disable", "enable", "opening_statements", "reading_as", "scoped", "status"]
+           "disable", "enable", "opening_statements", "reading_as", "scoped", "statements_for",
+           "status"]

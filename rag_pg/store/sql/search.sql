@@ -550,18 +550,12 @@ d.level = %(level)s
 d.node_type = %(node_type)s
 
 -- name: search_filter_readers
--- The documents the acting principals may read, as the reader policy decides (which holds
--- these rows anyway): written here too so that the plan counts them like any filter.
-(d.readers IS NULL OR d.readers && %(readers)s::text[])
-
--- name: search_filter_chunk_readers
--- The same, on the chunk's own copy of its document's readers (no join).
-(c.readers IS NULL OR c.readers && %(readers)s::text[])
-
--- name: search_filter_vector_readers
--- The same, on the vector row's own copy: the HNSW scan filters the rows it walks (with
--- iterative scans, until it has its rows), nothing is joined before the final k.
-AND (cv.readers IS NULL OR cv.readers && %(readers)s::text[])
+-- The rows the acting principals may read, as the reader policy decides (which holds them
+-- anyway): written here too so that the plan counts them like any filter. {rows} is the
+-- document (d), or a chunk (c) or vector row (cv), which carry their document's readers: the
+-- keyword leg then needs no join, and the HNSW scan filters the rows it walks (with iterative
+-- scans, until it has its rows), nothing joined before the final k.
+({rows}.readers IS NULL OR {rows}.readers && %(readers)s::text[])
 
 -- name: search_setting
 -- One setting of a search, for its transaction only (SET LOCAL). The HNSW scan's; no sequential
