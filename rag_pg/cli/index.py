@@ -34,11 +34,13 @@ def init(obj: Context, as_json: bool) -> None:
         rag = obj.rag()
         revision = rag.init()
         data = {"schema": obj.settings.database.schema, "revision": revision,
-                "database": redact_url(obj.settings.database.url or "")}
+                "database": redact_url(obj.settings.database.url or ""),
+                "keyword_engine": rag.keyword_engine}
         if as_json:
             emit_json(data)
         else:
-            click.echo(f"schema {data['schema']} at revision {revision} ({data['database']})")
+            click.echo(f"schema {data['schema']} at revision {revision} ({data['database']});"
+                       f" keyword search: {rag.keyword_engine}")
         return EXIT_OK
 
     run_guarded(go)

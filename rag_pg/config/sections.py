@@ -16,6 +16,9 @@ from rag_pg.config.principals import DEFAULTS, principals
 from rag_pg.errors import ConfigError
 
 FUSIONS = ("rrf", "convex", "adaptive")  # how a search fuses its legs' ranks
+# What scores the keyword leg: auto (pg_textsearch when the database has it, else sql), ragpg's
+# own BM25 in SQL, or a BM25 extension (rag_pg.store.keyword_engine)
+KEYWORD_ENGINES = ("auto", "sql", "pg_textsearch", "pg_search")
 
 EMBEDDING_PROVIDERS: tuple[str, ...] = ("http", "openai", "ollama", "local", "none")
 # Keys that shape the whole chain (how texts are split and how long a batch may take): they
@@ -221,9 +224,17 @@ class RetrievalSettings:
     # Hits of one section (a document's heading) a result may hold, after fusion: a section's
     # several chunks would otherwise fill the list where a reader wants k places (0: no cap).
     max_per_section: int = 1
+    keyword_engine: str = "auto"  # auto | sql | pg_textsearch | pg_search (KEYWORD_ENGINES)
 
     def __post_init__(self) -> None:
         _require([
+            (self.keyword_engine not in KEYWORD_ENGINES,
+             f"retrieval.keyword_engine must be one of {', '.join(KEYWORD_ENGINES)}"
+             f" (got {self.keyword_engine!r})"),
+            (self.keyword_engine == "pg_search",
+             "retrieval.keyword_engine = 'pg_search' is not supported: pg_search keeps one BM25"
+             " index per table, so its statistics would span every collection and language"
+             " (use 'pg_textsearch', 'auto' or 'sql')"),
             (self.max_per_section < 0,
              f"retrieval.max_per_section must be >= 0 (got {self.max_per_section})"),
             (self.mode not in (None, "hybrid", "vector", "keyword"),

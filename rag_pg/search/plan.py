@@ -33,6 +33,8 @@ class CollectionInfo:
     term_stat_pending: bool  # the term statistics are being rebuilt: keyword search without them
     vector_kind: str | None  # what the model's index casts to; None: no index (yet)
     pgvector_version: str | None  # None: not read yet (the version ragpg ships with is assumed)
+    engine_schema: str | None = None  # where pg_textsearch is installed; None: not installed
+    engine_ready: bool = False  # the collection's keyword engine indexes exist
 
     @classmethod
     def expected(cls, model: str | None, dimension: int | None) -> CollectionInfo:
@@ -97,6 +99,9 @@ class SearchPlan:
     #: postings the pruned keyword leg scores first; None: SEED_POSTINGS_PER_CANDIDATE per
     #: candidate slot (any value gives the same list: it only moves the work)
     keyword_seed: int | None = None
+    #: the keyword leg's engine: the schema of pg_textsearch, whose indexes score it
+    #: (``search_keyword_engine``); None: ragpg's BM25 in SQL
+    keyword_engine: str | None = None
     #: the schema is distributed over a Citus cluster: every scan names the collection by an
     #: equality the coordinator routes by (``search_chunk_collection_routed``)
     routed: bool = False

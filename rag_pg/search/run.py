@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, cast
 
 import psycopg
@@ -37,9 +37,10 @@ from rag_pg.search.query_vectors import QueryVectors
 from rag_pg.search.question import keyword_text
 from rag_pg.search.rerank import Reranker
 from rag_pg.search.statement import Searcher
-from rag_pg.store import distribution, permissions, records, tenancy
+from rag_pg.store import distribution, keyword_engine, permissions, records, tenancy
 from rag_pg.store.boundary import database_errors
 from rag_pg.store.db import ConnectionSource, prepare, read_snapshot
+from rag_pg.store.keyword_engine import ENGINE
 from rag_pg.store.vector_index import vector_kind
 
 
@@ -66,6 +67,9 @@ class SearchRunner:
         self.provider = provider  # built on first use: a keyword search needs none
         self.searcher = Searcher(settings.database.schema)
         self._routed: bool | None = None  # the schema is distributed over Citus (read once)
+        # Per collection, its keyword engine as the last search saw it (engine_schema,
+        # engine_ready): the next plan expects the same, so its statement runs once.
+        self._engines: dict[str, tuple[str | None, bool]] = {}
 
     def search(self, query: str, k: int | None, *, mode: Mode | None, collection: str | None,
                rerank: bool | None, options: SearchOptions) -> list[Hit]:
@@ -109,6 +113,9 @@ class SearchRunner:
         model, its index casts otherwise, its statistics are being rebuilt, it has no
         vectors), the plan made from what the snapshot read runs instead, once."""
         query = vectors.query
+        if collection in self._engines:
+            schema, ready = self._engines[collection]
+            expected = replace(expected, engine_schema=schema, engine_ready=ready)
         with self.reads.connection() as conn:
             try:
                 prepare(conn)  # pgvector's types, unless this connection has them already
@@ -122,6 +129,10 @@ class SearchRunner:
                 self.require_collection(conn, collection)
                 return []
             rows, seen = self._run_plan(conn, collection, plan)
+            self._engines[collection] = (seen.engine_schema, seen.engine_ready)
+            if seen.engine_schema is None and self.settings.retrieval.keyword_engine == ENGINE:
+                raise keyword_engine.missing(ENGINE, "this database has no pg_textsearch"
+                                                     " extension (`ragpg init` installs it)")
             if seen.model is None:
                 self.require_collection(conn, collection)  # no vectors: maybe no collection
             again = self._plan(query, k, wanted, collection, seen, use_rerank, options, vectors)
@@ -199,8 +210,17 @@ class SearchRunner:
             iterative_scan=r.iterative_scan,
             keyword_exhaustive=info.term_stat_pending and mode != "vector",
             routed=bool(self._routed), readers=readers,
+            keyword_engine=self._keyword_engine(info, mode),
         )
         return settle(plan, iterative_scans=info.iterative_scans)
+
+    def _keyword_engine(self, info: CollectionInfo, mode: str) -> str | None:
+        """The schema of the engine that scores this search's keyword leg; None: SQL. The
+        engine once the collection has its indexes (an ingest or ``ragpg init`` builds them)
+        and the setting allows it; never on a Citus cluster."""
+        if mode == "vector" or self._routed or not keyword_engine.wanted(self.settings.retrieval):
+            return None
+        return info.engine_schema if info.engine_ready else None
 
     def require_collection(self, conn: psycopg.Connection[Any], collection: str) -> None:
         """Every read of a named collection passes here: an unknown name is an error (a

@@ -19,13 +19,14 @@ from rag_pg.search.plan import (
     phrase_windows,
     unfiltered,
 )
+from rag_pg.source.language import LANGUAGES
+from rag_pg.store.keyword_engine import index_name as engine_index_name
 from rag_pg.store.queries import Queries
 from rag_pg.store.vector_index import vector_kind
 
 if TYPE_CHECKING:
     pass
 
-LANGUAGES = ("french", "english", "simple")  # text search configurations, in the SQL's order
 MAX_EF_SEARCH = 1000  # pgvector's upper bound for hnsw.ef_search
 PER_DOCUMENT_OVERFETCH = 4  # HNSW rows fetched per candidate slot when hits are capped per file
 # Postings of the rarest query terms scored first by the pruned keyword leg, per candidate
@@ -158,6 +159,9 @@ class Searcher:
                      **literals}
             if plan.keyword_exhaustive:
                 ctes.append(self._sql("search_keyword_leg", **parts))
+            elif plan.keyword_engine is not None:
+                # Counted even for a whole collection: a small one is scored chunk by chunk.
+                ctes += [self._sql("search_keyword_scope", **parts), self.engine_leg(plan, parts)]
             else:
                 scope = "search_keyword_scope_whole" if whole else "search_keyword_scope"
                 ctes += [self._sql(scope, **parts), self._sql("search_keyword_pruned", **parts)]
@@ -179,6 +183,26 @@ class Searcher:
         final = self._sql("search_select", window=window, expanded=expanded, phrases=phrases,
                           candidates_of=candidates_of, candidate_rows=self._sql(rows))
         return sql.SQL("WITH ") + sql.SQL(",\n").join(ctes) + sql.SQL("\n") + final
+
+    def engine_leg(self, plan: SearchPlan, parts: dict[str, sql.Composable]) -> sql.Composed:
+        """The keyword leg scored by pg_textsearch's index of each configuration."""
+        assert plan.keyword_engine is not None
+
+        def score(language: str) -> sql.Composed:
+            index = self.q.table(engine_index_name(language))
+            return self._sql("search_keyword_engine_score",
+                             engine=sql.Identifier(plan.keyword_engine or ""),
+                             index=sql.Literal(index))
+
+        scans = [self._sql("search_keyword_engine_scan", score=score(language),
+                           config=sql.Literal(self.q.config(language)), **parts)
+                 for language in LANGUAGES]
+        cases = [sql.SQL("WHEN {}::regconfig THEN {}").format(
+                     sql.Literal(self.q.config(language)), score(language))
+                 for language in LANGUAGES]
+        small = sql.SQL("CASE c.ts_config {} END").format(sql.SQL(" ").join(cases))
+        return self._sql("search_keyword_engine", scans=sql.SQL("\n    UNION ALL\n    ").join(scans),
+                         small_score=small, **parts)
 
     def params(self, plan: SearchPlan) -> dict[str, Any]:
         prefix = normalise_prefix(plan.path_prefix)

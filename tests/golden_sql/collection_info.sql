@@ -3,7 +3,13 @@ SELECT g.model, g.dimension,
        CASE WHEN g.model IS NULL THEN NULL
             WHEN i.definition LIKE '%%::halfvec(%%' THEN 'halfvec'
             WHEN i.definition IS NOT NULL THEN 'vector' END AS vector_kind,
-       (SELECT extversion FROM pg_extension WHERE extname = 'vector') AS pgvector_version
+       (SELECT extversion FROM pg_extension WHERE extname = 'vector') AS pgvector_version,
+       (SELECT extnamespace::regnamespace::text FROM pg_extension
+        WHERE extname = 'pg_textsearch') AS engine_schema,
+       (SELECT count(*) FROM pg_class x
+        WHERE x.relnamespace = to_regnamespace('ragpg')
+          AND x.relname IN ('chunk_bm25_french', 'chunk_bm25_english', 'chunk_bm25_simple')) = 3
+           AS engine_ready
 FROM (SELECT %(collection)s::text AS name) k
 LEFT JOIN "ragpg".collection g ON g.name = k.name
 LEFT JOIN LATERAL (

@@ -356,6 +356,44 @@ kw AS (
     WHERE score >= (SELECT theta FROM kw_theta)
 )
 
+-- name: search_keyword_engine
+-- The keyword leg scored by pg_textsearch (rag_pg.store.keyword_engine). Each configuration's
+-- index yields its best chunks of the collection in its own BM25 order (block-max WAND skips
+-- the postings that cannot enter the list), the collection and the filters checked on the way:
+-- the index scan goes on past the rows they drop, so the list still fills up. Where they leave
+-- at most exact_limit chunks (kw_scope, which counts them: a small collection too), those
+-- chunks are scored one by one by the same indexes instead of walking the index past every
+-- other one. The engine's order is ascending (negative scores): negated here. A chunk that
+-- holds no query term scores 0 and is left out.
+kw_engine AS MATERIALIZED (
+    {scans}
+    UNION ALL
+    SELECT c.id AS chunk_id, c.document_id, -({small_score}) AS score
+    FROM {schema}.document d
+    CROSS JOIN LATERAL (SELECT w.id, w.document_id, w.ts_config, w.content
+                        FROM {schema}.chunk w
+                        WHERE w.document_id = d.id AND w.collection = %(collection)s
+                        OFFSET 0) c
+    WHERE {doc_filter} AND (SELECT small FROM kw_scope)
+),
+kw AS (
+    SELECT chunk_id, document_id, score FROM kw_engine WHERE score > 0
+)
+
+-- name: search_keyword_engine_scan
+-- One configuration's best chunks of the collection, by its engine index.
+(SELECT c.id AS chunk_id, c.document_id, -({score}) AS score
+ FROM {schema}.chunk c
+ {keep_join}
+ WHERE c.collection = %(collection)s AND c.ts_config = {config}::regconfig AND {keep}
+   AND NOT (SELECT small FROM kw_scope)
+ ORDER BY {score}
+ LIMIT {vec_fetch})
+
+-- name: search_keyword_engine_score
+-- A chunk's score by the engine index of its configuration (ascending).
+c.content OPERATOR({engine}.<@>) {engine}.to_bm25query(%(kw_text)s, {index})
+
 -- name: search_keyword_ranked
 -- Either keyword leg's list: its scored chunks (kw) ranked by score, ties by chunk id, each
 -- rank the chunk's among all of them, a document keeping its first per_document.
@@ -574,14 +612,22 @@ SET LOCAL {setting} = {value}
 -- `ragpg reembed` may have switched it since), whether its term statistics are pending (a
 -- first load under way, or killed: migration 0014; the keyword leg then counts its own
 -- document frequencies: the exhaustive leg), the type the model's partial HNSW index casts to
--- (a search must cast the same to use it; the name is store.vector_index_name's), and
--- pgvector's version (iterative index scans need 0.8). One row, the collection known or not.
+-- (a search must cast the same to use it; the name is store.vector_index_name's),
+-- pgvector's version (iterative index scans need 0.8), and the keyword engine: the schema
+-- of pg_textsearch when installed, and whether its three indexes exist (the names are
+-- store.keyword_engine.index_name's). One row, the collection known or not.
 SELECT g.model, g.dimension,
        coalesce(g.term_stat_pending, false) AS term_stat_pending,
        CASE WHEN g.model IS NULL THEN NULL
             WHEN i.definition LIKE '%%::halfvec(%%' THEN 'halfvec'
             WHEN i.definition IS NOT NULL THEN 'vector' END AS vector_kind,
-       (SELECT extversion FROM pg_extension WHERE extname = 'vector') AS pgvector_version
+       (SELECT extversion FROM pg_extension WHERE extname = 'vector') AS pgvector_version,
+       (SELECT extnamespace::regnamespace::text FROM pg_extension
+        WHERE extname = 'pg_textsearch') AS engine_schema,
+       (SELECT count(*) FROM pg_class x
+        WHERE x.relnamespace = to_regnamespace({schema_name})
+          AND x.relname IN ('chunk_bm25_french', 'chunk_bm25_english', 'chunk_bm25_simple')) = 3
+           AS engine_ready
 FROM (SELECT %(collection)s::text AS name) k
 LEFT JOIN {schema}.collection g ON g.name = k.name
 LEFT JOIN LATERAL (
