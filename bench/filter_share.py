@@ -46,6 +46,7 @@ def main() -> None:
     ap.add_argument("--ef-search", default="40", help="comma-separated")
     ap.add_argument("--candidates", type=int, default=40)
     a = ap.parse_args()
+    from rag_pg.search.hits import shape
     from rag_pg.search.plan import SearchPlan
     from rag_pg.search.statement import Searcher
     from rag_pg.store.db import prepare
@@ -67,7 +68,8 @@ def main() -> None:
                               candidates=a.candidates, path_prefix=prefix, ef_search=ef,
                               exact=exact)
             t0 = time.perf_counter()
-            searcher.run(conn, plan)
+            with conn.transaction():
+                shape(searcher.execute(conn, plan).fetchall(), plan)
             times.append(time.perf_counter() - t0)
         return round(statistics.median(times) * 1e3, 1)
 

@@ -194,6 +194,7 @@ def recall(got: list[list[int]], truth: list[set[int]]) -> float:
 def run_queries(conn: Any, a: argparse.Namespace, schema: str, x: np.ndarray,
                 in_filter: np.ndarray) -> list[dict[str, Any]]:
     from rag_pg.config import RetrievalSettings
+    from rag_pg.search.hits import shape
     from rag_pg.search.plan import SearchPlan
     from rag_pg.search.statement import Searcher
 
@@ -232,10 +233,16 @@ def run_queries(conn: Any, a: argparse.Namespace, schema: str, x: np.ndarray,
                              path_prefix=prefix, ef_search=ef,
                              exact=exact if whole else None,
                              exact_limit=2**30 if exact else defaults.exact_limit,
-                             exact_share=defaults.exact_share)
+                             exact_share=defaults.exact_share,
+                             keyword_engine=getattr(a, "engine_schema", None))
 
     def ragpg(mode: str, ef: int, prefix: str | None, exact: bool = False) -> Any:
-        return lambda i: [h.chunk_id for h in searcher.run(conn, request(i, mode, ef, prefix, exact))]
+        def run(i: int) -> list[int | None]:
+            plan = request(i, mode, ef, prefix, exact)
+            with conn.transaction():
+                rows = searcher.execute(conn, plan).fetchall()
+            return [h.chunk_id for h in shape(rows, plan)]
+        return run
 
     for filt, prefix, mask in (("none", None, None), ("1%", "p00", in_filter)):
         # Latencies first, ground truth after: the exact scans would evict the index from
@@ -282,6 +289,20 @@ def run_queries(conn: Any, a: argparse.Namespace, schema: str, x: np.ndarray,
     }
     recs.append({"phase": "scale_explain", **plans})
     return recs
+
+
+def engine_indexes(conn: Any, schema: str) -> str:
+    """pg_textsearch installed and ragpg's indexes built (``retrieval.keyword_engine``); returns
+    the extension's schema, which the search plans name."""
+    from rag_pg.config import RetrievalSettings
+    from rag_pg.store import keyword_engine
+
+    named = RetrievalSettings(keyword_engine="pg_textsearch")
+    engine = keyword_engine.install(conn, named)
+    assert engine is not None  # a named engine the server lacks raised already
+    keyword_engine.ensure_indexes(conn, schema, named)
+    conn.execute(Q("ANALYZE {s}.chunk", schema))
+    return engine
 
 
 # --------------------------------------------------------------------------------------------
@@ -354,7 +375,10 @@ def render(recs: list[dict[str, Any]], command: str) -> str:
         f" m={env.get('m', 16)}, ef_construction={env.get('ef_construction', 64)},"
         f" maintenance_work_mem {env['maintenance_work_mem']}, {env['workers']} parallel worker(s)):"
         f" **{env['build_s']:.1f} s** ({env['build_rate']:,.0f} vectors/s), index"
-        f" {env['index_bytes'] / 2**20:,.0f} MiB; vector table {env['table_bytes'] / 2**20:,.0f} MiB.", "",
+        f" {env['index_bytes'] / 2**20:,.0f} MiB; vector table {env['table_bytes'] / 2**20:,.0f} MiB."
+        + (f" The hybrid searches' keyword leg is scored by pg_textsearch (`retrieval.keyword_engine`;"
+           f" its indexes built in {env['keyword_engine_build_s']} s after the load)."
+           if "keyword_engine_build_s" in env else ""), "",
         "| filter | method | ef_search | queries | p50 ms | p95 ms | recall@10 vs exact | p50 / raw |",
         "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
@@ -397,6 +421,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-ingest-compare", dest="ingest_compare", action="store_false",
                     help="skip the COPY without per-term statistics")
     ap.add_argument("--keyword-only", action="store_true", help="no vectors, no HNSW: the keyword leg only")
+    ap.add_argument("--keyword-engine", action="store_true",
+                    help="ragpg's vector and hybrid searches score their keyword leg with"
+                         " pg_textsearch (the server must have it; its indexes are built after"
+                         " the load, timed)")
     a = ap.parse_args(argv)
     a.ef_search = [int(x) for x in str(a.ef_search).split(",") if x]
     command = "python bench/scale.py " + " ".join(argv if argv is not None else sys.argv[1:])
@@ -415,8 +443,10 @@ def main(argv: list[str] | None = None) -> int:
     if url is None:
         url, server = embedded_server(workdir, a.shared_buffers)
     try:
+        # The keyword engine's indexes, when asked for, are built after the load (below).
         settings = Settings.load(environ={}, cwd=workdir,
-                                 overrides={"database.url": url, "database.schema": a.schema})
+                                 overrides={"database.url": url, "database.schema": a.schema,
+                                            "retrieval.keyword_engine": "sql"})
         with RagPG(url, settings) as rag:
             rag.init()
         with psycopg.connect(url, autocommit=True) as conn:
@@ -453,6 +483,11 @@ def main(argv: list[str] | None = None) -> int:
                     "maintenance_work_mem": a.maintenance_work_mem, "workers": a.workers,
                     "m": a.m, "ef_construction": a.ef_construction, "vector_type": a.vector_type,
                 }
+            a.engine_schema = None
+            if a.keyword_engine:
+                t0 = time.perf_counter()
+                a.engine_schema = engine_indexes(conn, a.schema)
+                build_rec["keyword_engine_build_s"] = round(time.perf_counter() - t0, 2)
             print(f"scale: {build_rec}", file=sys.stderr)
             recs = [build_rec] + run_queries(conn, a, a.schema, x, in_filter)
         a.results.mkdir(parents=True, exist_ok=True)

@@ -381,12 +381,17 @@ kw AS (
 )
 
 -- name: search_keyword_engine_scan
--- One configuration's best chunks of the collection, by its engine index.
+-- One configuration's best chunks of the collection, by its engine index; not read at all
+-- when the collection has no chunk in that configuration (chunk_stat), where the scan would
+-- walk every other chunk that holds a query word to find none.
 (SELECT c.id AS chunk_id, c.document_id, -({score}) AS score
  FROM {schema}.chunk c
  {keep_join}
  WHERE c.collection = %(collection)s AND c.ts_config = {config}::regconfig AND {keep}
    AND NOT (SELECT small FROM kw_scope)
+   AND EXISTS (SELECT FROM {schema}.chunk_stat s
+               WHERE s.collection = %(collection)s AND s.ts_config = {config}::regconfig
+                 AND s.chunks > 0)
  ORDER BY {score}
  LIMIT {vec_fetch})
 
