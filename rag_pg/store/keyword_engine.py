@@ -4,9 +4,11 @@
 requires the extension (Timescale's BM25 index, block-max WAND: it skips what cannot enter
 the top k); ``auto``, the default, uses pg_textsearch when the server offers it and SQL
 otherwise. ``ragpg init`` installs the extension when asked or offered and builds the
-engine's indexes: one ``bm25`` index on ``chunk.content`` per text search configuration
+engine's indexes: one ``bm25`` index on ``chunk.bm25_text`` per text search configuration
 (``ragpg.french``, ``ragpg.english``, ``ragpg.simple``); the engine keeps them as chunks are
-written, and a search reads the index of each configuration for its collection's chunks in it.
+written, and a search reads the index of each configuration for its collection's chunks in it
+(a scope of at most ``retrieval.exact_limit`` chunks is scored by the SQL leg instead:
+``search_keyword_engine``).
 
 What differs from ragpg's SQL BM25 (measured in docs/performance.md):
 
@@ -16,8 +18,9 @@ What differs from ragpg's SQL BM25 (measured in docs/performance.md):
   index per collection and configuration would keep them apart, but pg_textsearch 0.6.1 builds
   a partial index over every row of the table (its WHERE is applied to later inserts only:
   ``tests/test_keyword_engine.py`` holds the check), so ragpg does not build such indexes;
-* the text: the engine indexes a chunk's content (a column: pg_textsearch indexes no
-  expression), ragpg's ``tsv`` also holds the section heading;
+* the text is the same as the ``tsv``'s (the section heading, then the content), in a
+  stored column of its own, ``chunk.bm25_text``, added when the engine is first used:
+  pg_textsearch indexes a column, not an expression;
 * a chunk's length is its lexemes where ragpg takes its token count, and scores are single
   precision.
 
@@ -33,7 +36,7 @@ from typing import Any
 
 import psycopg
 from psycopg import sql
-from psycopg.rows import dict_row
+from psycopg.rows import dict_row, scalar_row
 
 from rag_pg.config.sections import RetrievalSettings
 from rag_pg.errors import ConfigError, first_line
@@ -92,9 +95,14 @@ def install(conn: psycopg.Connection[Any], retrieval: RetrievalSettings) -> str 
 
 def ensure_indexes(conn: psycopg.Connection[Any], schema: str,
                    retrieval: RetrievalSettings) -> list[str]:
-    """Create the missing engine indexes and recreate those built with other k1/b; returns the
-    names built. Each in its own transaction."""
+    """Create the missing engine indexes (and the column they index, ``bm25_text``) and
+    recreate those built with other k1/b; returns the names built. Each in its own transaction."""
     q = Queries(schema)
+    with conn.cursor(row_factory=scalar_row) as cur:
+        present = cur.execute(q("keyword_engine_column_present"), {"chunk": q.table("chunk")}).fetchone()
+    if not present:
+        with conn.transaction():
+            conn.execute(q("keyword_engine_column_add"))
     names = {index_name(lang): lang for lang in LANGUAGES}
     with conn.cursor(row_factory=dict_row) as cur:
         rows = cur.execute(q("keyword_engine_indexes"),

@@ -304,7 +304,7 @@ kw_theta AS MATERIALIZED (
 ),
 kw_rest_query AS MATERIALIZED (
     SELECT string_agg(p.quoted, ' | ')::tsquery AS q,
-           (SELECT counted AND NOT small FROM kw_scope)
+           {no_postings}(SELECT counted AND NOT small FROM kw_scope)
                AND (SELECT chunks FROM kw_scope) < coalesce(sum(p.df), 0) AS by_filter
     FROM kw_plan p
     WHERE NOT p.seed AND p.ub_prefix * (1 + 1e-9) >= (SELECT theta FROM kw_theta)
@@ -348,7 +348,7 @@ kw_rest AS MATERIALIZED (
     JOIN kw_stats s ON s.cfg = t.cfg
     GROUP BY m.chunk_id
 ),
-kw AS (
+{leg} AS (
     SELECT chunk_id, document_id, score
     FROM (SELECT chunk_id, document_id, score FROM kw_seed
           UNION ALL
@@ -361,33 +361,31 @@ kw AS (
 -- index yields its best chunks of the collection in its own BM25 order (block-max WAND skips
 -- the postings that cannot enter the list), the collection and the filters checked on the way:
 -- the index scan goes on past the rows they drop, so the list still fills up. Where they leave
--- at most exact_limit chunks (kw_scope, which counts them: a small collection too), those
--- chunks are scored one by one by the same indexes instead of walking the index past every
--- other one. The engine's order is ascending (negative scores): negated here. A chunk that
--- holds no query term scores 0 and is left out.
+-- at most exact_limit chunks (kw_scope, which counts them: a small collection too), the index
+-- would walk every other chunk holding a query word to find theirs, and scoring them one by
+-- one through the engine costs ~50 us each: those chunks are scored by ragpg's SQL BM25
+-- instead (kw_sql: the pruned leg, whose postings scans the engine leg turns off, reading the
+-- filter's own chunks). The engine's order is ascending (negative scores): negated here. A
+-- chunk that holds no query term scores 0 and is left out.
 kw_engine AS MATERIALIZED (
     {scans}
-    UNION ALL
-    SELECT c.id AS chunk_id, c.document_id, -({small_score}) AS score
-    FROM {schema}.document d
-    CROSS JOIN LATERAL (SELECT w.id, w.document_id, w.ts_config, w.content
-                        FROM {schema}.chunk w
-                        WHERE w.document_id = d.id AND w.collection = %(collection)s
-                        OFFSET 0) c
-    WHERE {doc_filter} AND (SELECT small FROM kw_scope)
 ),
 kw AS (
     SELECT chunk_id, document_id, score FROM kw_engine WHERE score > 0
+    UNION ALL
+    SELECT chunk_id, document_id, score FROM kw_sql
 )
 
 -- name: search_keyword_engine_scan
 -- One configuration's best chunks of the collection, by its engine index; not read at all
 -- when the collection has no chunk in that configuration (chunk_stat), where the scan would
--- walk every other chunk that holds a query word to find none.
+-- walk every other chunk that holds a query word to find none. The collection is compared as
+-- the SQL leg compares it (search_chunk_collection), so that no btree on it can take the place
+-- of the engine's index (every chunk of the collection scored one by one, then sorted).
 (SELECT c.id AS chunk_id, c.document_id, -({score}) AS score
  FROM {schema}.chunk c
  {keep_join}
- WHERE c.collection = %(collection)s AND c.ts_config = {config}::regconfig AND {keep}
+ WHERE {chunk_collection} AND c.ts_config = {config}::regconfig AND {keep}
    AND NOT (SELECT small FROM kw_scope)
    AND EXISTS (SELECT FROM {schema}.chunk_stat s
                WHERE s.collection = %(collection)s AND s.ts_config = {config}::regconfig
@@ -397,7 +395,7 @@ kw AS (
 
 -- name: search_keyword_engine_score
 -- A chunk's score by the engine index of its configuration (ascending).
-c.content OPERATOR({engine}.<@>) {engine}.to_bm25query(%(kw_text)s, {index})
+c.bm25_text OPERATOR({engine}.<@>) {engine}.to_bm25query(%(kw_text)s, {index})
 
 -- name: search_keyword_ranked
 -- Either keyword leg's list: its scored chunks (kw) ranked by score, ties by chunk id, each
