@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any
 
 import psycopg
 from psycopg import sql
@@ -23,9 +24,6 @@ from rag_pg.source.language import LANGUAGES
 from rag_pg.store.keyword_engine import index_name as engine_index_name
 from rag_pg.store.queries import Queries
 from rag_pg.store.vector_index import vector_kind
-
-if TYPE_CHECKING:
-    pass
 
 MAX_EF_SEARCH = 1000  # pgvector's upper bound for hnsw.ef_search
 PER_DOCUMENT_OVERFETCH = 4  # HNSW rows fetched per candidate slot when hits are capped per file
@@ -124,55 +122,9 @@ class Searcher:
         literals = {name: sql.Literal(value) for name, value in self.counts(plan).items()}
         ctes: list[sql.Composable] = []
         if plan.mode in ("hybrid", "vector"):
-            kind = sql.SQL(plan.vector_kind or vector_kind(plan.dimension or 0))
-            parts = {"doc_filter": where, "vkind": kind, "dim": sql.Literal(plan.dimension),
-                     "model": sql.Literal(plan.model), **literals}
-            parts["exact_top"] = (sql.SQL("") if plan.max_per_document
-                                  else self._sql("search_vector_exact_top", **literals))
-            parts["collection_chunks"] = self._sql("search_collection_chunks")
-            parts["vector_readers"] = (sql.SQL("") if plan.readers is None
-                                       else sql.SQL(" AND ") + self.readers_filter("cv"))
-            parts["exact"] = self._sql("search_vector_exact", **parts)
-            if plan.exact is not None:
-                scope = "search_vector_scope_given"
-            elif self.whole_collection(plan):
-                scope = "search_vector_scope_collection"
-            else:
-                scope = "search_vector_scope"
-            leg = "search_vector_collection" if self.collection_scan(plan) else "search_vector_leg"
-            ctes += [self._sql(scope, **parts), self._sql(leg, **parts)]
+            ctes += self.vector_leg(plan, where, literals)
         if plan.mode in ("hybrid", "keyword"):
-            whole = self.whole_collection(plan)
-            chunk_collection = ("search_chunk_collection_routed" if plan.routed
-                                else "search_chunk_collection")
-            keep: sql.Composable = sql.SQL("true") if whole else sql.SQL("({})").format(where)
-            joined = not whole
-            if not whole and self.document_unfiltered(plan):
-                # Only the readers filter: each chunk carries them, no join to its document.
-                keep, joined = self.readers_filter("c"), False
-            gin = "search_keyword_gin" if plan.readers is None else "search_keyword_gin_readable"
-            # With an engine the SQL leg scores small scopes only: no postings scan of its own.
-            postings = plan.keyword_engine is None
-            parts = {"keep": keep,
-                     "seed_match": self._sql(gin, query=sql.SQL("(SELECT seed_q FROM kw_query)"))
-                     if postings else sql.SQL("false"),
-                     "rest_match": self._sql(gin, query=sql.SQL("(SELECT q FROM kw_rest_query)"))
-                     if postings else sql.SQL("false"),
-                     "no_postings": sql.SQL("" if postings else "false AND "),
-                     "leg": sql.SQL("kw" if postings else "kw_sql"),
-                     "keep_join": self._sql("search_keyword_keep_join") if joined else sql.SQL(""),
-                     "doc_filter": where, "chunk_collection": self._sql(chunk_collection),
-                     **literals}
-            if plan.keyword_exhaustive:
-                ctes.append(self._sql("search_keyword_leg", **parts))
-            elif plan.keyword_engine is not None:
-                # Counted even for a whole collection: a small one is scored by the SQL leg.
-                ctes += [self._sql("search_keyword_scope", **parts),
-                         self._sql("search_keyword_pruned", **parts), self.engine_leg(plan, parts)]
-            else:
-                scope = "search_keyword_scope_whole" if whole else "search_keyword_scope"
-                ctes += [self._sql(scope, **parts), self._sql("search_keyword_pruned", **parts)]
-            ctes.append(self._sql("search_keyword_ranked", **literals))
+            ctes += self.keyword_leg(plan, where, literals)
         window = self._sql("search_window") if plan.neighbours > 0 else sql.SQL("NULL::jsonb")
         expanded = (
             self._sql(f"search_expand_{plan.expand}") if plan.expand else sql.SQL("NULL::jsonb")
@@ -190,6 +142,66 @@ class Searcher:
         final = self._sql("search_select", window=window, expanded=expanded, phrases=phrases,
                           candidates_of=candidates_of, candidate_rows=self._sql(rows))
         return sql.SQL("WITH ") + sql.SQL(",\n").join(ctes) + sql.SQL("\n") + final
+
+    def vector_leg(self, plan: SearchPlan, where: sql.Composed,
+                   literals: Mapping[str, sql.Composable]) -> list[sql.Composable]:
+        """The vector leg's CTEs (its scope, then its ranked list ``vec_ranked``)."""
+        kind = sql.SQL(plan.vector_kind or vector_kind(plan.dimension or 0))
+        parts = {"doc_filter": where, "vkind": kind, "dim": sql.Literal(plan.dimension),
+                 "model": sql.Literal(plan.model), **literals}
+        parts["exact_top"] = (sql.SQL("") if plan.max_per_document
+                              else self._sql("search_vector_exact_top", **literals))
+        parts["collection_chunks"] = self._sql("search_collection_chunks")
+        parts["vector_readers"] = (sql.SQL("") if plan.readers is None
+                                   else sql.SQL(" AND ") + self.readers_filter("cv"))
+        parts["exact"] = self._sql("search_vector_exact", **parts)
+        if plan.exact is not None:
+            scope = "search_vector_scope_given"
+        elif self.whole_collection(plan):
+            scope = "search_vector_scope_collection"
+        else:
+            scope = "search_vector_scope"
+        leg = "search_vector_collection" if self.collection_scan(plan) else "search_vector_leg"
+        return [self._sql(scope, **parts), self._sql(leg, **parts)]
+
+    def keyword_leg(self, plan: SearchPlan, where: sql.Composed,
+                    literals: Mapping[str, sql.Composable]) -> list[sql.Composable]:
+        """The keyword leg's CTEs: exhaustive, pruned, or the engine's beside the pruned leg
+        for small scopes; then its ranked list ``kw_ranked``."""
+        whole = self.whole_collection(plan)
+        chunk_collection = ("search_chunk_collection_routed" if plan.routed
+                            else "search_chunk_collection")
+        keep: sql.Composable = sql.SQL("true") if whole else sql.SQL("({})").format(where)
+        joined = not whole
+        if not whole and self.document_unfiltered(plan):
+            # Only the readers filter: each chunk carries them, no join to its document.
+            keep, joined = self.readers_filter("c"), False
+        gin = "search_keyword_gin" if plan.readers is None else "search_keyword_gin_readable"
+        # Beside an engine the SQL leg scores small scopes only: each of its scans is gated.
+        engine = plan.keyword_engine is not None
+        gate = self._sql("search_keyword_engine_gate") + sql.SQL(" ") if engine else sql.SQL("")
+        parts = {"keep": keep,
+                 "seed_match": gate + self._sql(gin, query=sql.SQL("(SELECT seed_q FROM kw_query)")),
+                 "rest_match": gate + self._sql(gin, query=sql.SQL("(SELECT q FROM kw_rest_query)")),
+                 "sql_gate": gate, "scope": sql.SQL("kw_scope"),
+                 "leg": sql.SQL("kw_sql" if engine else "kw"),
+                 "keep_join": self._sql("search_keyword_keep_join") if joined else sql.SQL(""),
+                 "doc_filter": where, "chunk_collection": self._sql(chunk_collection),
+                 **literals}
+        ctes: list[sql.Composable] = []
+        if plan.keyword_exhaustive:
+            ctes.append(self._sql("search_keyword_leg", **parts))
+        else:
+            scope = "search_keyword_scope_whole" if whole else "search_keyword_scope"
+            ctes.append(self._sql(scope, **parts))
+            if engine:  # its own scope counted, a whole collection's too
+                ctes.append(self._sql("search_keyword_scope", **{
+                    **parts, "scope": sql.SQL("kw_engine_scope")}) if whole
+                    else self._sql("search_keyword_engine_scope_same"))
+            ctes.append(self._sql("search_keyword_pruned", **parts))
+            if engine:
+                ctes.append(self.engine_leg(plan, parts))
+        return [*ctes, self._sql("search_keyword_ranked", **literals)]
 
     def engine_leg(self, plan: SearchPlan, parts: dict[str, sql.Composable]) -> sql.Composed:
         """The keyword leg scored by pg_textsearch's index of each configuration."""

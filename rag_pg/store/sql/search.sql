@@ -304,7 +304,7 @@ kw_theta AS MATERIALIZED (
 ),
 kw_rest_query AS MATERIALIZED (
     SELECT string_agg(p.quoted, ' | ')::tsquery AS q,
-           {no_postings}(SELECT counted AND NOT small FROM kw_scope)
+           {sql_gate}(SELECT counted AND NOT small FROM kw_scope)
                AND (SELECT chunks FROM kw_scope) < coalesce(sum(p.df), 0) AS by_filter
     FROM kw_plan p
     WHERE NOT p.seed AND p.ub_prefix * (1 + 1e-9) >= (SELECT theta FROM kw_theta)
@@ -361,12 +361,12 @@ kw_rest AS MATERIALIZED (
 -- index yields its best chunks of the collection in its own BM25 order (block-max WAND skips
 -- the postings that cannot enter the list), the collection and the filters checked on the way:
 -- the index scan goes on past the rows they drop, so the list still fills up. Where they leave
--- at most exact_limit chunks (kw_scope, which counts them: a small collection too), the index
--- would walk every other chunk holding a query word to find theirs, and scoring them one by
--- one through the engine costs ~50 us each: those chunks are scored by ragpg's SQL BM25
--- instead (kw_sql: the pruned leg, whose postings scans the engine leg turns off, reading the
--- filter's own chunks). The engine's order is ascending (negative scores): negated here. A
--- chunk that holds no query term scores 0 and is left out.
+-- at most exact_limit chunks (kw_engine_scope, which counts them: a small collection too),
+-- the index would walk every other chunk holding a query word to find theirs: the SQL leg
+-- scores them instead (kw_sql: the pruned leg as it runs without an engine, every one of its
+-- scans gated by search_keyword_engine_gate), so a search's list comes from one scorer. The
+-- engine's order is ascending (negative scores): negated here. A chunk that holds no query
+-- term scores 0 and is left out.
 kw_engine AS MATERIALIZED (
     {scans}
 ),
@@ -375,6 +375,14 @@ kw AS (
     UNION ALL
     SELECT chunk_id, document_id, score FROM kw_sql
 )
+
+-- name: search_keyword_engine_gate
+-- What runs the SQL leg beside an engine: a small scope only.
+(SELECT small FROM kw_engine_scope) AND
+
+-- name: search_keyword_engine_scope_same
+-- A filtered search: the engine's scope is the SQL leg's own (same filter, same limit).
+kw_engine_scope AS (SELECT small FROM kw_scope)
 
 -- name: search_keyword_engine_scan
 -- One configuration's best chunks of the collection, by its engine index; not read at all
@@ -386,7 +394,7 @@ kw AS (
  FROM {schema}.chunk c
  {keep_join}
  WHERE {chunk_collection} AND c.ts_config = {config}::regconfig AND {keep}
-   AND NOT (SELECT small FROM kw_scope)
+   AND NOT (SELECT small FROM kw_engine_scope)
    AND EXISTS (SELECT FROM {schema}.chunk_stat s
                WHERE s.collection = %(collection)s AND s.ts_config = {config}::regconfig
                  AND s.chunks > 0)
@@ -414,7 +422,7 @@ kw_ranked AS (
 -- name: search_keyword_scope
 -- As vec_scope: at most exact_limit + 1 document rows are read. chunks is the filter's chunk
 -- count when counted (every matching document was read), a lower bound otherwise.
-kw_scope AS MATERIALIZED (
+{scope} AS MATERIALIZED (
     SELECT coalesce(sum(s.chunk_count), 0) <= {exact_limit} AS small,
            coalesce(sum(s.chunk_count), 0) AS chunks, count(*) <= {exact_limit} AS counted
     FROM (SELECT d.chunk_count FROM {schema}.document d
