@@ -181,7 +181,7 @@ def runs(server: Any, ts: Any, ps: Any) -> dict[str, Callable[[str], list[int]]]
     def textsearch_ragpg_index(text: str) -> list[int]:
         return [r[0] for r in ts.execute(
             "SELECT id FROM ragpg.chunk WHERE collection = %s AND ts_config = 'ragpg.simple'::regconfig"
-            " ORDER BY content <@> to_bm25query(%s, 'ragpg.chunk_bm25_simple') LIMIT 10",
+            " ORDER BY bm25_text <@> to_bm25query(%s, 'ragpg.chunk_bm25_simple') LIMIT 10",
             (scale.COLLECTION, text))]
 
     def paradedb(text: str) -> list[int]:
