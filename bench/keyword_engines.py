@@ -171,7 +171,8 @@ def runs(server: Any, ts: Any, ps: Any) -> dict[str, Callable[[str], list[int]]]
         "database.url": url, "embedding.provider": "none", "retrieval.max_per_section": 0}))
 
     def searched(text: str) -> list[int]:
-        return [h.chunk_id or 0 for h in rag.search(text, k=10, mode="keyword")]
+        return [h.chunk_id or 0 for h in rag.search(text, k=10, mode="keyword",
+                                                    collection=scale.COLLECTION)]
 
     def textsearch(text: str) -> list[int]:
         return [r[0] for r in ts.execute(

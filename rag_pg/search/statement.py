@@ -183,7 +183,7 @@ class Searcher:
         parts = {"keep": keep,
                  "seed_match": gate + self._sql(gin, query=sql.SQL("(SELECT seed_q FROM kw_query)")),
                  "rest_match": gate + self._sql(gin, query=sql.SQL("(SELECT q FROM kw_rest_query)")),
-                 "sql_gate": gate, "scope": sql.SQL("kw_scope"),
+                 "sql_gate": gate,
                  "leg": sql.SQL("kw_sql" if engine else "kw"),
                  "keep_join": self._sql("search_keyword_keep_join") if joined else sql.SQL(""),
                  "doc_filter": where, "chunk_collection": self._sql(chunk_collection),
@@ -194,10 +194,9 @@ class Searcher:
         else:
             scope = "search_keyword_scope_whole" if whole else "search_keyword_scope"
             ctes.append(self._sql(scope, **parts))
-            if engine:  # its own scope counted, a whole collection's too
-                ctes.append(self._sql("search_keyword_scope", **{
-                    **parts, "scope": sql.SQL("kw_engine_scope")}) if whole
-                    else self._sql("search_keyword_engine_scope_same"))
+            if engine:  # its own scope: a whole collection's size too
+                ctes.append(self._sql("search_keyword_engine_scope_whole" if whole
+                                      else "search_keyword_engine_scope_same", **literals))
             ctes.append(self._sql("search_keyword_pruned", **parts))
             if engine:
                 ctes.append(self.engine_leg(plan, parts))

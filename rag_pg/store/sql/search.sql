@@ -380,6 +380,14 @@ kw AS (
 -- What runs the SQL leg beside an engine: a small scope only.
 (SELECT small FROM kw_engine_scope) AND
 
+-- name: search_keyword_engine_scope_whole
+-- A whole collection: small when its chunks (chunk_stat, one row per configuration) are at most
+-- exact_limit.
+kw_engine_scope AS MATERIALIZED (
+    SELECT coalesce(sum(chunks), 0) <= {exact_limit} AS small
+    FROM {schema}.chunk_stat WHERE collection = %(collection)s
+)
+
 -- name: search_keyword_engine_scope_same
 -- A filtered search: the engine's scope is the SQL leg's own (same filter, same limit).
 kw_engine_scope AS (SELECT small FROM kw_scope)
@@ -422,7 +430,7 @@ kw_ranked AS (
 -- name: search_keyword_scope
 -- As vec_scope: at most exact_limit + 1 document rows are read. chunks is the filter's chunk
 -- count when counted (every matching document was read), a lower bound otherwise.
-{scope} AS MATERIALIZED (
+kw_scope AS MATERIALIZED (
     SELECT coalesce(sum(s.chunk_count), 0) <= {exact_limit} AS small,
            coalesce(sum(s.chunk_count), 0) AS chunks, count(*) <= {exact_limit} AS counted
     FROM (SELECT d.chunk_count FROM {schema}.document d
