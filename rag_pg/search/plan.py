@@ -35,6 +35,7 @@ class CollectionInfo:
     pgvector_version: str | None  # None: not read yet (the version ragpg ships with is assumed)
     engine_schema: str | None = None  # where pg_textsearch is installed; None: not installed
     engine_ready: bool = False  # the collection's keyword engine indexes exist
+    chunks: int | None = None  # the collection's chunks (term statistics); None: not read yet
 
     @classmethod
     def expected(cls, model: str | None, dimension: int | None) -> CollectionInfo:

@@ -67,9 +67,10 @@ class SearchRunner:
         self.provider = provider  # built on first use: a keyword search needs none
         self.searcher = Searcher(settings.database.schema)
         self._routed: bool | None = None  # the schema is distributed over Citus (read once)
-        # Per collection, its keyword engine as the last search saw it (engine_schema,
-        # engine_ready): the next plan expects the same, so its statement runs once.
-        self._engines: dict[str, tuple[str | None, bool]] = {}
+        # Per collection, its keyword engine and size as the last search saw them
+        # (engine_schema, engine_ready, chunks): the next plan expects the same, so its
+        # statement runs once.
+        self._engines: dict[str, tuple[str | None, bool, int | None]] = {}
 
     def search(self, query: str, k: int | None, *, mode: Mode | None, collection: str | None,
                rerank: bool | None, options: SearchOptions) -> list[Hit]:
@@ -114,8 +115,8 @@ class SearchRunner:
         vectors), the plan made from what the snapshot read runs instead, once."""
         query = vectors.query
         if collection in self._engines:
-            schema, ready = self._engines[collection]
-            expected = replace(expected, engine_schema=schema, engine_ready=ready)
+            schema, ready, chunks = self._engines[collection]
+            expected = replace(expected, engine_schema=schema, engine_ready=ready, chunks=chunks)
         with self.reads.connection() as conn:
             try:
                 prepare(conn)  # pgvector's types, unless this connection has them already
@@ -129,7 +130,7 @@ class SearchRunner:
                 self.require_collection(conn, collection)
                 return []
             rows, seen = self._run_plan(conn, collection, plan)
-            self._engines[collection] = (seen.engine_schema, seen.engine_ready)
+            self._engines[collection] = (seen.engine_schema, seen.engine_ready, seen.chunks)
             if seen.engine_schema is None and self.settings.retrieval.keyword_engine == ENGINE:
                 raise keyword_engine.missing(ENGINE, "this database has no pg_textsearch"
                                                      " extension (`ragpg init` installs it)")
@@ -210,17 +211,21 @@ class SearchRunner:
             iterative_scan=r.iterative_scan,
             keyword_exhaustive=info.term_stat_pending and mode != "vector",
             routed=bool(self._routed), readers=readers,
-            keyword_engine=self._keyword_engine(info, mode),
         )
+        plan = replace(plan, keyword_engine=self._keyword_engine(info, plan))
         return settle(plan, iterative_scans=info.iterative_scans)
 
-    def _keyword_engine(self, info: CollectionInfo, mode: str) -> str | None:
+    def _keyword_engine(self, info: CollectionInfo, plan: SearchPlan) -> str | None:
         """The schema of the engine that scores this search's keyword leg; None: SQL. The
-        engine once the collection has its indexes (an ingest or ``ragpg init`` builds them)
-        and the setting allows it; never on a Citus cluster."""
-        if mode == "vector" or self._routed or not keyword_engine.wanted(self.settings.retrieval):
+        engine once the collection has its indexes (``ragpg init`` builds them) and the
+        setting allows it, never on a Citus cluster; for a whole collection, only one of more
+        than ``exact_limit`` chunks (a smaller one is scored in SQL, as a small filter is)."""
+        if (plan.mode == "vector" or self._routed or not info.engine_ready
+                or not keyword_engine.wanted(self.settings.retrieval)):
             return None
-        return info.engine_schema if info.engine_ready else None
+        if Searcher.whole_collection(plan) and (info.chunks or 0) <= plan.exact_limit:
+            return None
+        return info.engine_schema
 
     def require_collection(self, conn: psycopg.Connection[Any], collection: str) -> None:
         """Every read of a named collection passes here: an unknown name is an error (a

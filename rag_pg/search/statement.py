@@ -191,19 +191,22 @@ class Searcher:
         ctes: list[sql.Composable] = []
         if plan.keyword_exhaustive:
             ctes.append(self._sql("search_keyword_leg", **parts))
+        elif engine and whole:  # a whole collection: its size decided (SearchRunner)
+            ctes.append(self.engine_leg(plan, parts, alone=True))
         else:
             scope = "search_keyword_scope_whole" if whole else "search_keyword_scope"
             ctes.append(self._sql(scope, **parts))
-            if engine:  # its own scope: a whole collection's size too
-                ctes.append(self._sql("search_keyword_engine_scope_whole" if whole
-                                      else "search_keyword_engine_scope_same", **literals))
+            if engine:
+                ctes.append(self._sql("search_keyword_engine_scope_same"))
             ctes.append(self._sql("search_keyword_pruned", **parts))
             if engine:
-                ctes.append(self.engine_leg(plan, parts))
+                ctes.append(self.engine_leg(plan, parts, alone=False))
         return [*ctes, self._sql("search_keyword_ranked", **literals)]
 
-    def engine_leg(self, plan: SearchPlan, parts: dict[str, sql.Composable]) -> sql.Composed:
-        """The keyword leg scored by pg_textsearch's index of each configuration."""
+    def engine_leg(self, plan: SearchPlan, parts: dict[str, sql.Composable], *,
+                   alone: bool) -> sql.Composed:
+        """The keyword leg scored by pg_textsearch's index of each configuration: ``alone``
+        (a whole collection), or beside the SQL leg, which scores a small filter's chunks."""
         assert plan.keyword_engine is not None
 
         def score(language: str) -> sql.Composed:
@@ -212,10 +215,12 @@ class Searcher:
                              engine=sql.Identifier(plan.keyword_engine or ""),
                              index=sql.Literal(index))
 
-        scans = [self._sql("search_keyword_engine_scan", score=score(language),
+        scoped = sql.SQL("") if alone else self._sql("search_keyword_engine_scoped")
+        scans = [self._sql("search_keyword_engine_scan", score=score(language), scoped=scoped,
                            config=sql.Literal(self.q.config(language)), **parts)
                  for language in LANGUAGES]
-        return self._sql("search_keyword_engine", scans=sql.SQL("\n    UNION ALL\n    ").join(scans))
+        return self._sql("search_keyword_engine_alone" if alone else "search_keyword_engine",
+                         scans=sql.SQL("\n    UNION ALL\n    ").join(scans))
 
     def params(self, plan: SearchPlan) -> dict[str, Any]:
         prefix = normalise_prefix(plan.path_prefix)

@@ -9,7 +9,9 @@ SELECT g.model, g.dimension,
        (SELECT count(*) FROM pg_class x
         WHERE x.relnamespace = to_regnamespace('ragpg')
           AND x.relname IN ('chunk_bm25_french', 'chunk_bm25_english', 'chunk_bm25_simple')) = 3
-           AS engine_ready
+           AS engine_ready,
+       (SELECT sum(s.chunks) FROM "ragpg".chunk_stat s WHERE s.collection = k.name)::bigint
+           AS chunks
 FROM (SELECT %(collection)s::text AS name) k
 LEFT JOIN "ragpg".collection g ON g.name = k.name
 LEFT JOIN LATERAL (

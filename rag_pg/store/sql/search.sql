@@ -360,13 +360,14 @@ kw_rest AS MATERIALIZED (
 -- The keyword leg scored by pg_textsearch (rag_pg.store.keyword_engine). Each configuration's
 -- index yields its best chunks of the collection in its own BM25 order (block-max WAND skips
 -- the postings that cannot enter the list), the collection and the filters checked on the way:
--- the index scan goes on past the rows they drop, so the list still fills up. Where they leave
--- at most exact_limit chunks (kw_engine_scope, which counts them: a small collection too),
--- the index would walk every other chunk holding a query word to find theirs: the SQL leg
--- scores them instead (kw_sql: the pruned leg as it runs without an engine, every one of its
--- scans gated by search_keyword_engine_gate), so a search's list comes from one scorer. The
--- engine's order is ascending (negative scores): negated here. A chunk that holds no query
--- term scores 0 and is left out.
+-- the index scan goes on past the rows they drop, so the list still fills up. Where a filter
+-- leaves at most exact_limit chunks (kw_engine_scope), the index would walk every other chunk
+-- holding a query word to find theirs: the SQL leg scores them instead (kw_sql: the pruned leg
+-- as it runs without an engine, every one of its scans gated by search_keyword_engine_gate),
+-- so a search's list comes from one scorer. (A whole collection is planned by its size:
+-- search_keyword_engine_alone, or the SQL leg alone when small.) The engine's order is
+-- ascending (negative scores): negated here. A chunk that holds no query term scores 0 and is
+-- left out.
 kw_engine AS MATERIALIZED (
     {scans}
 ),
@@ -376,17 +377,22 @@ kw AS (
     SELECT chunk_id, document_id, score FROM kw_sql
 )
 
+-- name: search_keyword_engine_alone
+-- A whole collection larger than exact_limit chunks: the engine's lists alone.
+kw_engine AS MATERIALIZED (
+    {scans}
+),
+kw AS (
+    SELECT chunk_id, document_id, score FROM kw_engine WHERE score > 0
+)
+
+-- name: search_keyword_engine_scoped
+-- The engine's scans beside the SQL leg: read when the filter's scope is not small.
+AND NOT (SELECT small FROM kw_engine_scope)
+
 -- name: search_keyword_engine_gate
 -- What runs the SQL leg beside an engine: a small scope only.
 (SELECT small FROM kw_engine_scope) AND
-
--- name: search_keyword_engine_scope_whole
--- A whole collection: small when its chunks (chunk_stat, one row per configuration) are at most
--- exact_limit.
-kw_engine_scope AS MATERIALIZED (
-    SELECT coalesce(sum(chunks), 0) <= {exact_limit} AS small
-    FROM {schema}.chunk_stat WHERE collection = %(collection)s
-)
 
 -- name: search_keyword_engine_scope_same
 -- A filtered search: the engine's scope is the SQL leg's own (same filter, same limit).
@@ -402,7 +408,7 @@ kw_engine_scope AS (SELECT small FROM kw_scope)
  FROM {schema}.chunk c
  {keep_join}
  WHERE {chunk_collection} AND c.ts_config = {config}::regconfig AND {keep}
-   AND NOT (SELECT small FROM kw_engine_scope)
+   {scoped}
    AND EXISTS (SELECT FROM {schema}.chunk_stat s
                WHERE s.collection = %(collection)s AND s.ts_config = {config}::regconfig
                  AND s.chunks > 0)
@@ -633,8 +639,9 @@ SET LOCAL {setting} = {value}
 -- document frequencies: the exhaustive leg), the type the model's partial HNSW index casts to
 -- (a search must cast the same to use it; the name is store.vector_index_name's),
 -- pgvector's version (iterative index scans need 0.8), and the keyword engine: the schema
--- of pg_textsearch when installed, and whether its three indexes exist (the names are
--- store.keyword_engine.index_name's). One row, the collection known or not.
+-- of pg_textsearch when installed, whether its three indexes exist (the names are
+-- store.keyword_engine.index_name's) and the collection's chunks (whether a whole-collection
+-- search walks the engine's index or scores them in SQL). One row, the collection known or not.
 SELECT g.model, g.dimension,
        coalesce(g.term_stat_pending, false) AS term_stat_pending,
        CASE WHEN g.model IS NULL THEN NULL
@@ -646,7 +653,9 @@ SELECT g.model, g.dimension,
        (SELECT count(*) FROM pg_class x
         WHERE x.relnamespace = to_regnamespace({schema_name})
           AND x.relname IN ('chunk_bm25_french', 'chunk_bm25_english', 'chunk_bm25_simple')) = 3
-           AS engine_ready
+           AS engine_ready,
+       (SELECT sum(s.chunks) FROM {schema}.chunk_stat s WHERE s.collection = k.name)::bigint
+           AS chunks
 FROM (SELECT %(collection)s::text AS name) k
 LEFT JOIN {schema}.collection g ON g.name = k.name
 LEFT JOIN LATERAL (
