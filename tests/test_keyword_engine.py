@@ -23,6 +23,7 @@ from psycopg.conninfo import make_conninfo
 from rag_pg import RagPG, Settings
 from rag_pg.errors import CollectionNotFound, ConfigError
 from rag_pg.search.plan import SearchPlan
+from rag_pg.search.run import MIN_ENGINE_SHARE
 from rag_pg.store import keyword_engine, permissions, roles, tenancy
 
 from .conftest import run_cli
@@ -222,7 +223,8 @@ def test_a_small_scope_is_scored_by_the_sql_leg(engine_db: str, tmp_path: Path) 
 def test_filters_still_give_k_rows_and_the_engines_scores(engine_db: str, tmp_path: Path) -> None:
     pages = {f"many/p{i:03d}.md": ("en", f"# Page {i}\n\nThe backup of page {i} and more backup"
                                    f" words {'backup ' * (i % 5)}here.\n") for i in range(60)}
-    write_tree(tmp_path / "tree", {**PAGES, **pages})
+    english = {path: page for path, page in PAGES.items() if page[0] == "en"}
+    write_tree(tmp_path / "tree", {**english, **pages})  # one configuration: the engine serves it
     with RagPG(engine_db, settings()) as rag:
         rag.init()
         rag.ingest(tmp_path / "tree")
@@ -249,6 +251,28 @@ def many_ids(url: str) -> set[int]:
     with psycopg.connect(url) as conn:
         return set(values(conn, "SELECT c.id FROM ragpg.chunk c JOIN ragpg.document d"
                                 " ON d.id = c.document_id WHERE d.path LIKE 'many/%'"))
+
+
+@needs_engine
+def test_a_collection_with_a_small_share_of_one_configuration_keeps_the_sql_leg(
+        engine_db: str, tmp_path: Path) -> None:
+    """An engine index spans the table: scanning it for one configuration's few chunks walks
+    every other chunk holding the words. Under MIN_ENGINE_SHARE the SQL leg scores."""
+    pages = {f"many/p{i:03d}.md": ("en", f"# Page {i}\n\nThe backup of page {i}.\n")
+             for i in range(40)}
+    pages["fr/une.md"] = ("fr", "# Sauvegarde\n\nUne sauvegarde (backup) du serveur.\n")
+    write_tree(tmp_path / "tree", pages)
+    with RagPG(engine_db, settings()) as rag:
+        rag.init()
+        rag.ingest(tmp_path / "tree")
+    found = {}
+    for engine in ("auto", "sql"):
+        with RagPG(engine_db, settings(**{"retrieval.exact_limit": 0,
+                                          "retrieval.keyword_engine": engine})) as rag:
+            found[engine] = [(h.chunk_id, h.leg_scores) for h in
+                             rag.search("backup", k=10, mode="keyword")]
+    assert found["auto"] == found["sql"] and len(found["sql"]) == 10
+    assert MIN_ENGINE_SHARE > 1 / 41
 
 
 @needs_engine

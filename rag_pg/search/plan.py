@@ -36,6 +36,8 @@ class CollectionInfo:
     engine_schema: str | None = None  # where pg_textsearch is installed; None: not installed
     engine_ready: bool = False  # the collection's keyword engine indexes exist
     chunks: int | None = None  # the collection's chunks (term statistics); None: not read yet
+    #: the smallest share of all chunks its chunks of one configuration make (None: no chunk)
+    engine_share: float | None = None
 
     @classmethod
     def expected(cls, model: str | None, dimension: int | None) -> CollectionInfo:

@@ -11,7 +11,10 @@ SELECT g.model, g.dimension,
           AND x.relname IN ('chunk_bm25_french', 'chunk_bm25_english', 'chunk_bm25_simple')) = 3
            AS engine_ready,
        (SELECT sum(s.chunks) FROM "ragpg".chunk_stat s WHERE s.collection = k.name)::bigint
-           AS chunks
+           AS chunks,
+       (SELECT min(s.chunks)::float8
+               / nullif((SELECT sum(t.chunks) FROM "ragpg".chunk_stat t), 0)
+        FROM "ragpg".chunk_stat s WHERE s.collection = k.name AND s.chunks > 0) AS engine_share
 FROM (SELECT %(collection)s::text AS name) k
 LEFT JOIN "ragpg".collection g ON g.name = k.name
 LEFT JOIN LATERAL (

@@ -640,8 +640,10 @@ SET LOCAL {setting} = {value}
 -- (a search must cast the same to use it; the name is store.vector_index_name's),
 -- pgvector's version (iterative index scans need 0.8), and the keyword engine: the schema
 -- of pg_textsearch when installed, whether its three indexes exist (the names are
--- store.keyword_engine.index_name's) and the collection's chunks (whether a whole-collection
--- search walks the engine's index or scores them in SQL). One row, the collection known or not.
+-- store.keyword_engine.index_name's), the collection's chunks (whether a whole-collection
+-- search walks the engine's index or scores them in SQL) and the smallest share of the
+-- table's chunks its chunks of one configuration make (an engine index spans the table: a
+-- scan for a small share walks the others' rows). One row, the collection known or not.
 SELECT g.model, g.dimension,
        coalesce(g.term_stat_pending, false) AS term_stat_pending,
        CASE WHEN g.model IS NULL THEN NULL
@@ -655,7 +657,10 @@ SELECT g.model, g.dimension,
           AND x.relname IN ('chunk_bm25_french', 'chunk_bm25_english', 'chunk_bm25_simple')) = 3
            AS engine_ready,
        (SELECT sum(s.chunks) FROM {schema}.chunk_stat s WHERE s.collection = k.name)::bigint
-           AS chunks
+           AS chunks,
+       (SELECT min(s.chunks)::float8
+               / nullif((SELECT sum(t.chunks) FROM {schema}.chunk_stat t), 0)
+        FROM {schema}.chunk_stat s WHERE s.collection = k.name AND s.chunks > 0) AS engine_share
 FROM (SELECT %(collection)s::text AS name) k
 LEFT JOIN {schema}.collection g ON g.name = k.name
 LEFT JOIN LATERAL (
