@@ -204,7 +204,8 @@ def run_queries(conn: Any, a: argparse.Namespace, schema: str, x: np.ndarray,
     words, _ = vocabulary()
     texts = [scale_keyword.query_text(qrng, words, a.keyword_queries) for _ in range(a.queries)]
     items = list(range(a.queries))
-    recs: list[dict[str, Any]] = scale_keyword.keyword_runs(conn, a, schema, texts)
+    recs: list[dict[str, Any]] = (scale_keyword.keyword_runs(conn, a, schema, texts)
+                                  if a.keyword_compare else [])
     if a.keyword_only:
         return recs
     dim = sql.Literal(a.dim)
@@ -421,6 +422,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-ingest-compare", dest="ingest_compare", action="store_false",
                     help="skip the COPY without per-term statistics")
     ap.add_argument("--keyword-only", action="store_true", help="no vectors, no HNSW: the keyword leg only")
+    ap.add_argument("--no-keyword-compare", dest="keyword_compare", action="store_false",
+                    help="skip the keyword leg's pruned-against-exhaustive runs")
     ap.add_argument("--keyword-engine", action="store_true",
                     help="ragpg's vector and hybrid searches score their keyword leg with"
                          " pg_textsearch (the server must have it; its indexes are built after"
