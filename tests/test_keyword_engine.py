@@ -21,6 +21,7 @@ from psycopg import sql
 from psycopg.conninfo import make_conninfo
 
 from rag_pg import RagPG, Settings
+from rag_pg.config import RetrievalSettings
 from rag_pg.errors import CollectionNotFound, ConfigError
 from rag_pg.search.plan import SearchPlan
 from rag_pg.search.run import MIN_ENGINE_SHARE
@@ -125,6 +126,15 @@ def test_a_named_engine_the_database_lacks_is_one_line(db_url: str, tmp_path: Pa
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
     done = run_cli(["init", "--json"], env={"RAGPG_DATABASE_URL": db_url})
     assert done.returncode == 0 and json.loads(done.stdout)["keyword_engine"] == "sql"
+
+
+def test_an_index_is_stale_when_its_k1_or_b_differ_or_are_missing() -> None:
+    ours = RetrievalSettings(bm25_k1=1.2, bm25_b=0.75)
+    assert not keyword_engine.stale(["text_config=x", "k1=1.2", "b=0.75"], ours)
+    assert keyword_engine.stale(["k1=1.5", "b=0.75"], ours)
+    assert keyword_engine.stale(["k1=1.2", "b=0.5"], ours)
+    assert keyword_engine.stale(["text_config=x"], ours)  # the engine's defaults, not ours
+    assert keyword_engine.stale(["k1=abc", "b=0.75"], ours)
 
 
 def test_pg_search_is_refused_with_its_reason() -> None:

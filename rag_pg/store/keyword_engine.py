@@ -59,11 +59,19 @@ def wanted(retrieval: RetrievalSettings) -> bool:
     return retrieval.keyword_engine in ("auto", ENGINE)
 
 
-def installed_in(conn: psycopg.Connection[Any]) -> str | None:
-    """The schema the extension lives in, None when it is not installed."""
+def extension(conn: psycopg.Connection[Any]) -> dict[str, Any]:
+    """``installed_in``: the schema pg_textsearch lives in (None: not installed); ``offered``:
+    whether the server has its package."""
     with conn.cursor(row_factory=dict_row) as cur:
         row = cur.execute(statement("keyword_engine_extension")).fetchone()
-    return None if row is None else row["installed_in"]
+    assert row is not None  # the statement always returns one row
+    return row
+
+
+def installed_in(conn: psycopg.Connection[Any]) -> str | None:
+    """The schema the extension lives in, None when it is not installed."""
+    schema = extension(conn)["installed_in"]
+    return None if schema is None else str(schema)
 
 
 def missing(setting: str, reason: str) -> ConfigError:
@@ -75,13 +83,13 @@ def install(conn: psycopg.Connection[Any], retrieval: RetrievalSettings) -> str 
     """The extension's schema once installed where the setting asks for it and the server
     offers it; None where the leg stays SQL. A named engine the database cannot have is an error."""
     required = retrieval.keyword_engine == ENGINE
-    with conn.cursor(row_factory=dict_row) as cur:
-        state = cur.execute(statement("keyword_engine_extension")).fetchone()
-    assert state is not None  # the statement always returns one row
-    if state["installed_in"] is not None or not state["offered"]:
-        if state["installed_in"] is None and required:
+    state = extension(conn)
+    if state["installed_in"] is not None:
+        return str(state["installed_in"])
+    if not state["offered"]:
+        if required:
             raise missing(retrieval.keyword_engine, "this server has no pg_textsearch extension")
-        return str(state["installed_in"]) if state["installed_in"] is not None else None
+        return None
     try:
         with conn.transaction():
             conn.execute(statement("keyword_engine_install"))
@@ -99,8 +107,8 @@ def ensure_indexes(conn: psycopg.Connection[Any], schema: str,
     recreate those built with other k1/b; returns the names built. Each in its own transaction."""
     q = Queries(schema)
     with conn.cursor(row_factory=scalar_row) as cur:
-        present = cur.execute(q("keyword_engine_column_present"), {"chunk": q.table("chunk")}).fetchone()
-    if not present:
+        column = cur.execute(q("keyword_engine_column_present"), {"chunk": q.table("chunk")}).fetchone()
+    if not column:
         with conn.transaction():
             conn.execute(q("keyword_engine_column_add"))
     names = {index_name(lang): lang for lang in LANGUAGES}
@@ -127,9 +135,9 @@ def stale(options: Sequence[str], retrieval: RetrievalSettings) -> bool:
     """Whether an index's k1/b (its storage parameters) differ from the settings'."""
     given = dict(option.partition("=")[::2] for option in options)
     try:
-        return (abs(float(given.get("k1", "nan")) - retrieval.bm25_k1) > 1e-9
-                or abs(float(given.get("b", "nan")) - retrieval.bm25_b) > 1e-9)
-    except ValueError:
+        return (abs(float(given["k1"]) - retrieval.bm25_k1) > 1e-9
+                or abs(float(given["b"]) - retrieval.bm25_b) > 1e-9)
+    except (KeyError, ValueError):  # built without them: the engine's defaults, maybe not ours
         return True
 
 
