@@ -160,7 +160,7 @@ class SearchRunner:
         (BEGIN, the collection, settings, statement, COMMIT, pipelined)."""
         try:
             with read_snapshot(conn):
-                seen = self.searcher.send_collection(conn, collection)
+                seen = self.searcher.send_collection(conn, collection, routed=bool(self._routed))
                 cur = self.searcher.execute(conn, plan)
             info = seen.fetchone()
             rows = cur.fetchall()

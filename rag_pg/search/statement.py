@@ -45,21 +45,27 @@ class Searcher:
     def _sql(self, name: str, **parts: sql.Composable) -> sql.Composed:
         return self.q.compose(name, **parts)
 
-    def collection_statement(self) -> sql.Composed:
-        return self.q("search_collection", schema_name=self.q.schema)
+    def collection_statement(self, *, routed: bool = False) -> sql.Composed:
+        """``search_collection``; ``routed`` (a Citus cluster, which keeps the SQL leg): without
+        the keyword engine's columns."""
+        schema_name = sql.Literal(self.q.schema)
+        engine = self._sql("search_collection_engine_none" if routed else "search_collection_engine",
+                           schema_name=schema_name)
+        return self._sql("search_collection", schema_name=schema_name, engine=engine)
 
-    def read_collection(self, conn: psycopg.Connection[Any], collection: str) -> CollectionInfo:
+    def read_collection(self, conn: psycopg.Connection[Any], collection: str, *,
+                        routed: bool = False) -> CollectionInfo:
         """What a search's plan depends on in ``collection``, read now (one row)."""
-        info = self.send_collection(conn, collection).fetchone()
+        info = self.send_collection(conn, collection, routed=routed).fetchone()
         assert info is not None  # the statement always returns one row
         return info
 
-    def send_collection(self, conn: psycopg.Connection[Any],
-                        collection: str) -> psycopg.Cursor[CollectionInfo]:
+    def send_collection(self, conn: psycopg.Connection[Any], collection: str, *,
+                        routed: bool = False) -> psycopg.Cursor[CollectionInfo]:
         """What the plan depends on in the collection (one row, known or not); in a pipeline
         the row is read once the pipeline syncs."""
         cur = conn.cursor(row_factory=class_row(CollectionInfo))
-        cur.execute(self.collection_statement(), {"collection": collection})
+        cur.execute(self.collection_statement(routed=routed), {"collection": collection})
         return cur
 
     def readers_filter(self, rows: str) -> sql.Composed:

@@ -631,6 +631,26 @@ d.node_type = %(node_type)s
 -- the statement (citus.propagate_set_commands = local, which ragpg init sets there).
 SET LOCAL {setting} = {value}
 
+-- name: search_collection_engine
+-- The keyword engine's columns of search_collection.
+(SELECT extnamespace::regnamespace::text FROM pg_extension
+        WHERE extname = 'pg_textsearch') AS engine_schema,
+       (SELECT count(*) FROM pg_class x
+        WHERE x.relnamespace = to_regnamespace({schema_name})
+          AND x.relname IN ('chunk_bm25_french', 'chunk_bm25_english', 'chunk_bm25_simple')) = 3
+           AS engine_ready,
+       (SELECT sum(s.chunks) FROM {schema}.chunk_stat s WHERE s.collection = k.name)::bigint
+           AS chunks,
+       (SELECT min(s.chunks)::float8
+               / nullif((SELECT sum(t.chunks) FROM {schema}.chunk_stat t), 0)
+        FROM {schema}.chunk_stat s WHERE s.collection = k.name AND s.chunks > 0) AS engine_share
+
+-- name: search_collection_engine_none
+-- On a Citus cluster, which keeps the SQL leg: nothing read (the table-wide sum would ask every
+-- shard, each search).
+NULL::text AS engine_schema, false AS engine_ready, NULL::bigint AS chunks,
+       NULL::float8 AS engine_share
+
 -- name: search_collection
 -- What the search's plan depends on, read in the search's own snapshot beside its statement:
 -- the model and dimension of the collection's vectors (the query was embedded for one; a
@@ -650,17 +670,7 @@ SELECT g.model, g.dimension,
             WHEN i.definition LIKE '%%::halfvec(%%' THEN 'halfvec'
             WHEN i.definition IS NOT NULL THEN 'vector' END AS vector_kind,
        (SELECT extversion FROM pg_extension WHERE extname = 'vector') AS pgvector_version,
-       (SELECT extnamespace::regnamespace::text FROM pg_extension
-        WHERE extname = 'pg_textsearch') AS engine_schema,
-       (SELECT count(*) FROM pg_class x
-        WHERE x.relnamespace = to_regnamespace({schema_name})
-          AND x.relname IN ('chunk_bm25_french', 'chunk_bm25_english', 'chunk_bm25_simple')) = 3
-           AS engine_ready,
-       (SELECT sum(s.chunks) FROM {schema}.chunk_stat s WHERE s.collection = k.name)::bigint
-           AS chunks,
-       (SELECT min(s.chunks)::float8
-               / nullif((SELECT sum(t.chunks) FROM {schema}.chunk_stat t), 0)
-        FROM {schema}.chunk_stat s WHERE s.collection = k.name AND s.chunks > 0) AS engine_share
+       {engine}
 FROM (SELECT %(collection)s::text AS name) k
 LEFT JOIN {schema}.collection g ON g.name = k.name
 LEFT JOIN LATERAL (
