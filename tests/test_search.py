@@ -326,11 +326,11 @@ def test_a_search_is_retried_once_when_its_connection_is_lost_and_not_more(rag, 
     calls: list[int] = []
 
     def lost(times: int, error: Exception) -> Any:
-        def read(conn: Any, *args: Any) -> Any:
+        def read(conn: Any, *args: Any, **options: Any) -> Any:
             calls.append(1)
             if len(calls) <= times:
                 raise error
-            return real(conn, *args)
+            return real(conn, *args, **options)
         return read
 
     expected = [h.chunk_id for h in rag.search("marmotte", 3)]

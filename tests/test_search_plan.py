@@ -149,11 +149,11 @@ def test_a_lost_connection_runs_the_snapshot_again_not_the_embedding(
         send = rag.searcher.send_collection
         lost: list[int] = []
 
-        def lose_once(conn: psycopg.Connection[Any], collection: str) -> Any:
+        def lose_once(conn: psycopg.Connection[Any], collection: str, **options: Any) -> Any:
             if not lost:
                 lost.append(1)
                 raise psycopg.OperationalError("the server closed the connection")
-            return send(conn, collection)
+            return send(conn, collection, **options)
 
         monkeypatch.setattr(rag.searcher, "send_collection", lose_once)
         old_server.reset_counters()

@@ -13,8 +13,11 @@ SELECT g.model, g.dimension,
        (SELECT sum(s.chunks) FROM "ragpg".chunk_stat s WHERE s.collection = k.name)::bigint
            AS chunks,
        (SELECT min(s.chunks)::float8
-               / nullif((SELECT sum(t.chunks) FROM "ragpg".chunk_stat t), 0)
-        FROM "ragpg".chunk_stat s WHERE s.collection = k.name AND s.chunks > 0) AS engine_share
+               / greatest(max(t.reltuples)::float8, sum(s.chunks)::float8, 1)
+        FROM "ragpg".chunk_stat s
+        CROSS JOIN (SELECT reltuples FROM pg_class
+                    WHERE oid = to_regclass(format('%%I.chunk', 'ragpg'))) t
+        WHERE s.collection = k.name AND s.chunks > 0) AS engine_share
 FROM (SELECT %(collection)s::text AS name) k
 LEFT JOIN "ragpg".collection g ON g.name = k.name
 LEFT JOIN LATERAL (

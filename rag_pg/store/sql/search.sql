@@ -632,7 +632,9 @@ d.node_type = %(node_type)s
 SET LOCAL {setting} = {value}
 
 -- name: search_collection_engine
--- The keyword engine's columns of search_collection.
+-- The keyword engine's columns of search_collection. The table's size is the planner's estimate
+-- (pg_class.reltuples, at least the collection's own count): a share is a threshold, and an
+-- exact count of every collection would read them all.
 (SELECT extnamespace::regnamespace::text FROM pg_extension
         WHERE extname = 'pg_textsearch') AS engine_schema,
        (SELECT count(*) FROM pg_class x
@@ -642,8 +644,11 @@ SET LOCAL {setting} = {value}
        (SELECT sum(s.chunks) FROM {schema}.chunk_stat s WHERE s.collection = k.name)::bigint
            AS chunks,
        (SELECT min(s.chunks)::float8
-               / nullif((SELECT sum(t.chunks) FROM {schema}.chunk_stat t), 0)
-        FROM {schema}.chunk_stat s WHERE s.collection = k.name AND s.chunks > 0) AS engine_share
+               / greatest(max(t.reltuples)::float8, sum(s.chunks)::float8, 1)
+        FROM {schema}.chunk_stat s
+        CROSS JOIN (SELECT reltuples FROM pg_class
+                    WHERE oid = to_regclass(format('%%I.chunk', {schema_name}))) t
+        WHERE s.collection = k.name AND s.chunks > 0) AS engine_share
 
 -- name: search_collection_engine_none
 -- On a Citus cluster, which keeps the SQL leg: nothing read (the table-wide sum would ask every
