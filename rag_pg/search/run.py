@@ -160,7 +160,7 @@ class SearchRunner:
         (BEGIN, the collection, settings, statement, COMMIT, pipelined)."""
         try:
             with read_snapshot(conn):
-                seen = self.searcher.send_collection(conn, collection, routed=bool(self._routed))
+                seen = self.searcher.send_collection(conn, collection, engine=self._engine_possible)
                 cur = self.searcher.execute(conn, plan)
             info = seen.fetchone()
             rows = cur.fetchall()
@@ -219,6 +219,12 @@ class SearchRunner:
         plan = replace(plan, keyword_engine=self._keyword_engine(info, plan))
         return settle(plan, iterative_scans=info.iterative_scans)
 
+    @property
+    def _engine_possible(self) -> bool:
+        """Whether the setting lets a keyword engine serve at all, off Citus (else the
+        collection's engine columns are not even read)."""
+        return not self._routed and keyword_engine.wanted(self.settings.retrieval)
+
     def _keyword_engine(self, info: CollectionInfo, plan: SearchPlan) -> str | None:
         """The schema of the engine that scores this search's keyword leg; None: SQL. The
         engine once the collection has its indexes (``ragpg init`` builds them) and the
@@ -227,8 +233,7 @@ class SearchRunner:
         only where each configuration's chunks of the collection make at least
         MIN_ENGINE_SHARE of the table's (an index spans the table: a scan for a smaller share
         walks that many more rows of others, measured at 170 ms for 0.6%)."""
-        if (plan.mode == "vector" or self._routed or not info.engine_ready
-                or not keyword_engine.wanted(self.settings.retrieval)):
+        if plan.mode == "vector" or not self._engine_possible or not info.engine_ready:
             return None
         if Searcher.whole_collection(plan) and (info.chunks or 0) <= plan.exact_limit:
             return None

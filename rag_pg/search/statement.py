@@ -45,27 +45,27 @@ class Searcher:
     def _sql(self, name: str, **parts: sql.Composable) -> sql.Composed:
         return self.q.compose(name, **parts)
 
-    def collection_statement(self, *, routed: bool = False) -> sql.Composed:
-        """``search_collection``; ``routed`` (a Citus cluster, which keeps the SQL leg): without
-        the keyword engine's columns."""
+    def collection_statement(self, *, engine: bool = True) -> sql.Composed:
+        """``search_collection``; without ``engine`` (a Citus cluster, or a setting that keeps
+        the SQL leg), the keyword engine's columns are not read."""
         schema_name = sql.Literal(self.q.schema)
-        engine = self._sql("search_collection_engine_none" if routed else "search_collection_engine",
-                           schema_name=schema_name)
-        return self._sql("search_collection", schema_name=schema_name, engine=engine)
+        columns = self._sql("search_collection_engine" if engine else "search_collection_engine_none",
+                            schema_name=schema_name)
+        return self._sql("search_collection", schema_name=schema_name, engine=columns)
 
     def read_collection(self, conn: psycopg.Connection[Any], collection: str, *,
-                        routed: bool = False) -> CollectionInfo:
+                        engine: bool = True) -> CollectionInfo:
         """What a search's plan depends on in ``collection``, read now (one row)."""
-        info = self.send_collection(conn, collection, routed=routed).fetchone()
+        info = self.send_collection(conn, collection, engine=engine).fetchone()
         assert info is not None  # the statement always returns one row
         return info
 
     def send_collection(self, conn: psycopg.Connection[Any], collection: str, *,
-                        routed: bool = False) -> psycopg.Cursor[CollectionInfo]:
+                        engine: bool = True) -> psycopg.Cursor[CollectionInfo]:
         """What the plan depends on in the collection (one row, known or not); in a pipeline
         the row is read once the pipeline syncs."""
         cur = conn.cursor(row_factory=class_row(CollectionInfo))
-        cur.execute(self.collection_statement(routed=routed), {"collection": collection})
+        cur.execute(self.collection_statement(engine=engine), {"collection": collection})
         return cur
 
     def readers_filter(self, rows: str) -> sql.Composed:

@@ -651,8 +651,8 @@ SET LOCAL {setting} = {value}
         WHERE s.collection = k.name AND s.chunks > 0) AS engine_share
 
 -- name: search_collection_engine_none
--- On a Citus cluster, which keeps the SQL leg: nothing read (the table-wide sum would ask every
--- shard, each search).
+-- Where no engine can serve (a Citus cluster, or keyword_engine = sql): nothing read, no
+-- catalog lookups on each search.
 NULL::text AS engine_schema, false AS engine_ready, NULL::bigint AS chunks,
        NULL::float8 AS engine_share
 
