@@ -27,11 +27,12 @@ vec_ranked AS (
 kw_scope AS (SELECT false AS small, 0::bigint AS chunks, false AS counted),
 kw_terms AS (
     SELECT t.cfg, t.language, u.lexeme, cardinality(u.positions) AS qtf
-    FROM unnest(%(ts_configs)s::regconfig[], %(ts_languages)s::text[]) AS t(cfg, language)
-    CROSS JOIN LATERAL unnest(to_tsvector(t.cfg, %(kw_text)s)) AS u
+    FROM unnest(%(ts_configs)s::regconfig[], %(ts_languages)s::text[])
+         WITH ORDINALITY AS t(config, language, cfg)
+    CROSS JOIN LATERAL unnest(to_tsvector(t.config, %(kw_text)s)) AS u
 ),
 kw_stats AS (
-    SELECT ts_config AS cfg, chunks::float8 AS n,
+    SELECT array_position(%(ts_configs)s::regconfig[], ts_config) AS cfg, chunks::float8 AS n,
            greatest(tokens::float8 / greatest(chunks, 1), 1) AS avgdl
     FROM "ragpg".chunk_stat WHERE collection = %(collection)s
 ),
@@ -43,7 +44,8 @@ kw_bounds AS MATERIALIZED (
     FROM kw_terms t
     JOIN kw_stats s ON s.cfg = t.cfg
     CROSS JOIN LATERAL (SELECT x.df, x.max_tf, x.min_dl FROM "ragpg".term_stat x
-                        WHERE x.collection = %(collection)s AND x.ts_config = t.cfg
+                        WHERE x.collection = %(collection)s
+                          AND x.ts_config = (%(ts_configs)s::regconfig[])[t.cfg]
                           AND x.lexeme = t.lexeme
                         LIMIT 1) ts
 ),
@@ -64,7 +66,8 @@ kw_query AS MATERIALIZED (
            || websearch_to_tsquery((%(ts_configs)s::regconfig[])[3], %(kwq)s) AS prefilter
 ),
 kw_seed_match AS MATERIALIZED (
-    SELECT c.id AS chunk_id, c.document_id, c.ts_config, c.token_count AS dl, u.lexeme,
+    SELECT c.id AS chunk_id, c.document_id,
+           array_position(%(ts_configs)s::regconfig[], c.ts_config) AS ts_config, c.token_count AS dl, u.lexeme,
            cardinality(u.positions) AS tf
     FROM "ragpg".chunk c
     
@@ -101,7 +104,8 @@ kw_rest_query AS MATERIALIZED (
     WHERE NOT p.seed AND p.ub_prefix * (1 + 1e-9) >= (SELECT theta FROM kw_theta)
 ),
 kw_rest_match AS MATERIALIZED (
-    SELECT c.id AS chunk_id, c.document_id, c.ts_config, c.token_count AS dl, u.lexeme,
+    SELECT c.id AS chunk_id, c.document_id,
+           array_position(%(ts_configs)s::regconfig[], c.ts_config) AS ts_config, c.token_count AS dl, u.lexeme,
            cardinality(u.positions) AS tf
     FROM "ragpg".chunk c
     
@@ -113,7 +117,8 @@ kw_rest_match AS MATERIALIZED (
       AND ts_match_vq(c.tsv, (SELECT prefilter FROM kw_query)) AND true
 ),
 kw_small_match AS MATERIALIZED (
-    SELECT c.id AS chunk_id, c.document_id, c.ts_config, c.token_count AS dl, u.lexeme,
+    SELECT c.id AS chunk_id, c.document_id,
+           array_position(%(ts_configs)s::regconfig[], c.ts_config) AS ts_config, c.token_count AS dl, u.lexeme,
            cardinality(u.positions) AS tf
     FROM "ragpg".document d
     CROSS JOIN LATERAL (SELECT w.id, w.document_id, w.ts_config, w.token_count, w.tsv
@@ -157,8 +162,8 @@ kw_ranked AS (
     LIMIT 40
 ),
 phrases AS MATERIALIZED (
-    SELECT DISTINCT g.config, p.q
-    FROM unnest(%(ts_configs)s::regconfig[]) AS g(config)
+    SELECT DISTINCT g.cfg, p.q
+    FROM unnest(%(ts_configs)s::regconfig[]) WITH ORDINALITY AS g(config, cfg)
     CROSS JOIN unnest(%(phrase_windows)s::text[]) AS w(words)
     CROSS JOIN LATERAL phraseto_tsquery(g.config, w.words) AS p(q)
     WHERE numnode(p.q) = 3
@@ -167,9 +172,9 @@ SELECT c.id AS chunk_id, cand.vector_rank, cand.distance, cand.keyword_rank, can
        c.position, c.section, c.anchor, c.content, c.token_count, c.content_hash,
        c.line_start, c.line_end, d.id AS document_id, d.path, d.title, d.collection,
        NULL::jsonb AS window_chunks, NULL::jsonb AS expanded, ARRAY(SELECT p.q::text FROM phrases p
-      WHERE CASE WHEN p.config = c.ts_config THEN c.tsv @@ p.q ELSE false END ORDER BY 1)
+      WHERE CASE WHEN p.cfg = array_position(%(ts_configs)s::regconfig[], c.ts_config) THEN c.tsv @@ p.q ELSE false END ORDER BY 1)
     AS phrases_held,
-(SELECT count(*) FROM phrases p WHERE p.config = c.ts_config)::integer AS phrases_asked
+(SELECT count(*) FROM phrases p WHERE p.cfg = array_position(%(ts_configs)s::regconfig[], c.ts_config))::integer AS phrases_asked
 FROM (SELECT coalesce(v.chunk_id, k.chunk_id) AS chunk_id, v.rank AS vector_rank, v.distance,
        k.rank AS keyword_rank, k.score AS keyword_score
 FROM vec_ranked v FULL JOIN kw_ranked k ON k.chunk_id = v.chunk_id) cand

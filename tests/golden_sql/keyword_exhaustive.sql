@@ -1,10 +1,12 @@
 WITH kw_terms AS (
     SELECT t.cfg, t.language, u.lexeme, cardinality(u.positions) AS qtf
-    FROM unnest(%(ts_configs)s::regconfig[], %(ts_languages)s::text[]) AS t(cfg, language)
-    CROSS JOIN LATERAL unnest(to_tsvector(t.cfg, %(kw_text)s)) AS u
+    FROM unnest(%(ts_configs)s::regconfig[], %(ts_languages)s::text[])
+         WITH ORDINALITY AS t(config, language, cfg)
+    CROSS JOIN LATERAL unnest(to_tsvector(t.config, %(kw_text)s)) AS u
 ),
 kw_match AS MATERIALIZED (
-    SELECT c.id AS chunk_id, c.document_id, c.ts_config, c.token_count AS dl,
+    SELECT c.id AS chunk_id, c.document_id,
+           array_position(%(ts_configs)s::regconfig[], c.ts_config) AS ts_config, c.token_count AS dl,
            true AS keep, m.lexeme, cardinality(m.positions) AS tf
     FROM "ragpg".chunk c
     

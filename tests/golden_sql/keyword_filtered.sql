@@ -17,11 +17,12 @@ WITH kw_scope AS MATERIALIZED (
 ),
 kw_terms AS (
     SELECT t.cfg, t.language, u.lexeme, cardinality(u.positions) AS qtf
-    FROM unnest(%(ts_configs)s::regconfig[], %(ts_languages)s::text[]) AS t(cfg, language)
-    CROSS JOIN LATERAL unnest(to_tsvector(t.cfg, %(kw_text)s)) AS u
+    FROM unnest(%(ts_configs)s::regconfig[], %(ts_languages)s::text[])
+         WITH ORDINALITY AS t(config, language, cfg)
+    CROSS JOIN LATERAL unnest(to_tsvector(t.config, %(kw_text)s)) AS u
 ),
 kw_stats AS (
-    SELECT ts_config AS cfg, chunks::float8 AS n,
+    SELECT array_position(%(ts_configs)s::regconfig[], ts_config) AS cfg, chunks::float8 AS n,
            greatest(tokens::float8 / greatest(chunks, 1), 1) AS avgdl
     FROM "ragpg".chunk_stat WHERE collection = %(collection)s
 ),
@@ -33,7 +34,8 @@ kw_bounds AS MATERIALIZED (
     FROM kw_terms t
     JOIN kw_stats s ON s.cfg = t.cfg
     CROSS JOIN LATERAL (SELECT x.df, x.max_tf, x.min_dl FROM "ragpg".term_stat x
-                        WHERE x.collection = %(collection)s AND x.ts_config = t.cfg
+                        WHERE x.collection = %(collection)s
+                          AND x.ts_config = (%(ts_configs)s::regconfig[])[t.cfg]
                           AND x.lexeme = t.lexeme
                         LIMIT 1) ts
 ),
@@ -54,7 +56,8 @@ kw_query AS MATERIALIZED (
            || websearch_to_tsquery((%(ts_configs)s::regconfig[])[3], %(kwq)s) AS prefilter
 ),
 kw_seed_match AS MATERIALIZED (
-    SELECT c.id AS chunk_id, c.document_id, c.ts_config, c.token_count AS dl, u.lexeme,
+    SELECT c.id AS chunk_id, c.document_id,
+           array_position(%(ts_configs)s::regconfig[], c.ts_config) AS ts_config, c.token_count AS dl, u.lexeme,
            cardinality(u.positions) AS tf
     FROM "ragpg".chunk c
     JOIN "ragpg".document d ON d.id = c.document_id AND d.collection = c.collection
@@ -101,7 +104,8 @@ kw_rest_query AS MATERIALIZED (
     WHERE NOT p.seed AND p.ub_prefix * (1 + 1e-9) >= (SELECT theta FROM kw_theta)
 ),
 kw_rest_match AS MATERIALIZED (
-    SELECT c.id AS chunk_id, c.document_id, c.ts_config, c.token_count AS dl, u.lexeme,
+    SELECT c.id AS chunk_id, c.document_id,
+           array_position(%(ts_configs)s::regconfig[], c.ts_config) AS ts_config, c.token_count AS dl, u.lexeme,
            cardinality(u.positions) AS tf
     FROM "ragpg".chunk c
     JOIN "ragpg".document d ON d.id = c.document_id AND d.collection = c.collection
@@ -123,7 +127,8 @@ kw_rest_match AS MATERIALIZED (
       AND d.node_type = %(node_type)s)
 ),
 kw_small_match AS MATERIALIZED (
-    SELECT c.id AS chunk_id, c.document_id, c.ts_config, c.token_count AS dl, u.lexeme,
+    SELECT c.id AS chunk_id, c.document_id,
+           array_position(%(ts_configs)s::regconfig[], c.ts_config) AS ts_config, c.token_count AS dl, u.lexeme,
            cardinality(u.positions) AS tf
     FROM "ragpg".document d
     CROSS JOIN LATERAL (SELECT w.id, w.document_id, w.ts_config, w.token_count, w.tsv

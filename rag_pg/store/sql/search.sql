@@ -148,11 +148,13 @@ vec_ranked AS (
 -- This leg is the reference of search_keyword_pruned, which searches by default.
 kw_terms AS (
     SELECT t.cfg, t.language, u.lexeme, cardinality(u.positions) AS qtf
-    FROM unnest(%(ts_configs)s::regconfig[], %(ts_languages)s::text[]) AS t(cfg, language)
-    CROSS JOIN LATERAL unnest(to_tsvector(t.cfg, %(kw_text)s)) AS u
+    FROM unnest(%(ts_configs)s::regconfig[], %(ts_languages)s::text[])
+         WITH ORDINALITY AS t(config, language, cfg)
+    CROSS JOIN LATERAL unnest(to_tsvector(t.config, %(kw_text)s)) AS u
 ),
 kw_match AS MATERIALIZED (
-    SELECT c.id AS chunk_id, c.document_id, c.ts_config, c.token_count AS dl,
+    SELECT c.id AS chunk_id, c.document_id,
+           array_position(%(ts_configs)s::regconfig[], c.ts_config) AS ts_config, c.token_count AS dl,
            {keep} AS keep, m.lexeme, cardinality(m.positions) AS tf
     FROM {schema}.chunk c
     {keep_join}
@@ -236,11 +238,12 @@ kw AS (
 -- (search_chunk_collection; on a Citus cluster an equality, which routes the statement).
 kw_terms AS (
     SELECT t.cfg, t.language, u.lexeme, cardinality(u.positions) AS qtf
-    FROM unnest(%(ts_configs)s::regconfig[], %(ts_languages)s::text[]) AS t(cfg, language)
-    CROSS JOIN LATERAL unnest(to_tsvector(t.cfg, %(kw_text)s)) AS u
+    FROM unnest(%(ts_configs)s::regconfig[], %(ts_languages)s::text[])
+         WITH ORDINALITY AS t(config, language, cfg)
+    CROSS JOIN LATERAL unnest(to_tsvector(t.config, %(kw_text)s)) AS u
 ),
 kw_stats AS (
-    SELECT ts_config AS cfg, chunks::float8 AS n,
+    SELECT array_position(%(ts_configs)s::regconfig[], ts_config) AS cfg, chunks::float8 AS n,
            greatest(tokens::float8 / greatest(chunks, 1), 1) AS avgdl
     FROM {schema}.chunk_stat WHERE collection = %(collection)s
 ),
@@ -252,7 +255,8 @@ kw_bounds AS MATERIALIZED (
     FROM kw_terms t
     JOIN kw_stats s ON s.cfg = t.cfg
     CROSS JOIN LATERAL (SELECT x.df, x.max_tf, x.min_dl FROM {schema}.term_stat x
-                        WHERE x.collection = %(collection)s AND x.ts_config = t.cfg
+                        WHERE x.collection = %(collection)s
+                          AND x.ts_config = (%(ts_configs)s::regconfig[])[t.cfg]
                           AND x.lexeme = t.lexeme
                         LIMIT 1) ts
 ),
@@ -273,7 +277,8 @@ kw_query AS MATERIALIZED (
            || websearch_to_tsquery((%(ts_configs)s::regconfig[])[3], %(kwq)s) AS prefilter
 ),
 kw_seed_match AS MATERIALIZED (
-    SELECT c.id AS chunk_id, c.document_id, c.ts_config, c.token_count AS dl, u.lexeme,
+    SELECT c.id AS chunk_id, c.document_id,
+           array_position(%(ts_configs)s::regconfig[], c.ts_config) AS ts_config, c.token_count AS dl, u.lexeme,
            cardinality(u.positions) AS tf
     FROM {schema}.chunk c
     {keep_join}
@@ -310,7 +315,8 @@ kw_rest_query AS MATERIALIZED (
     WHERE NOT p.seed AND p.ub_prefix * (1 + 1e-9) >= (SELECT theta FROM kw_theta)
 ),
 kw_rest_match AS MATERIALIZED (
-    SELECT c.id AS chunk_id, c.document_id, c.ts_config, c.token_count AS dl, u.lexeme,
+    SELECT c.id AS chunk_id, c.document_id,
+           array_position(%(ts_configs)s::regconfig[], c.ts_config) AS ts_config, c.token_count AS dl, u.lexeme,
            cardinality(u.positions) AS tf
     FROM {schema}.chunk c
     {keep_join}
@@ -322,7 +328,8 @@ kw_rest_match AS MATERIALIZED (
       AND ts_match_vq(c.tsv, (SELECT prefilter FROM kw_query)) AND {keep}
 ),
 kw_small_match AS MATERIALIZED (
-    SELECT c.id AS chunk_id, c.document_id, c.ts_config, c.token_count AS dl, u.lexeme,
+    SELECT c.id AS chunk_id, c.document_id,
+           array_position(%(ts_configs)s::regconfig[], c.ts_config) AS ts_config, c.token_count AS dl, u.lexeme,
            cardinality(u.positions) AS tf
     FROM {schema}.document d
     CROSS JOIN LATERAL (SELECT w.id, w.document_id, w.ts_config, w.token_count, w.tsv
@@ -501,8 +508,8 @@ CROSS JOIN LATERAL (SELECT * FROM {schema}.document y
 -- window that holds one lexeme, or three, is not a pair. An array parameter, not a series
 -- computed from the text: the generic plan then knows the windows are few, and is reused.
 phrases AS MATERIALIZED (
-    SELECT DISTINCT g.config, p.q
-    FROM unnest(%(ts_configs)s::regconfig[]) AS g(config)
+    SELECT DISTINCT g.cfg, p.q
+    FROM unnest(%(ts_configs)s::regconfig[]) WITH ORDINALITY AS g(config, cfg)
     CROSS JOIN unnest(%(phrase_windows)s::text[]) AS w(words)
     CROSS JOIN LATERAL phraseto_tsquery(g.config, w.words) AS p(q)
     WHERE numnode(p.q) = 3
@@ -513,9 +520,9 @@ phrases AS MATERIALIZED (
 -- question has in that configuration: the phrase leg (rag_pg.search.phrases). The CASE matches a
 -- chunk's tsvector against its own configuration's phrases only.
 ARRAY(SELECT p.q::text FROM phrases p
-      WHERE CASE WHEN p.config = c.ts_config THEN c.tsv @@ p.q ELSE false END ORDER BY 1)
+      WHERE CASE WHEN p.cfg = array_position(%(ts_configs)s::regconfig[], c.ts_config) THEN c.tsv @@ p.q ELSE false END ORDER BY 1)
     AS phrases_held,
-(SELECT count(*) FROM phrases p WHERE p.config = c.ts_config)::integer AS phrases_asked
+(SELECT count(*) FROM phrases p WHERE p.cfg = array_position(%(ts_configs)s::regconfig[], c.ts_config))::integer AS phrases_asked
 
 -- name: search_phrases_none
 NULL::text[] AS phrases_held, NULL::integer AS phrases_asked
