@@ -54,8 +54,9 @@ def test_check_sees_changed_text_zero_vectors_and_foreign_vectors(db_url, embed_
                      (first_chunk("fr/cuisine/pot-au-feu.md"),))
         conn.execute("UPDATE ragpg.chunk_vector SET embedding = array_fill(0, ARRAY[64])::vector"
                      " WHERE chunk_id = %s", (first_chunk("en/ops/incident-response.md"),))
-        conn.execute("INSERT INTO ragpg.chunk_vector (chunk_id, collection, model, embedding)"
-                     " SELECT id, collection, 'intruder-3', '[1,2,3]' FROM ragpg.chunk WHERE id = %s",
+        conn.execute("INSERT INTO ragpg.chunk_vector (chunk_id, collection, shard_key, model, embedding)"
+                     " SELECT id, collection, shard_key, 'intruder-3', '[1,2,3]' FROM ragpg.chunk"
+                     " WHERE id = %s",
                      (first_chunk("en/ops/connection-pooling.md"),))
     out = run_cli(["check", "--json"], env=env, cwd=tmp_path)
     assert out.returncode == 1, out.stderr

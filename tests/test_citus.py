@@ -1,5 +1,6 @@
 """ragpg on a real Citus cluster (a coordinator and two workers on loopback), distributed by
-collection, against one node holding the same tree: same hits, same order, same scores.
+collection or by document, against one node holding the same tree: same hits, same order, same
+scores. The tests that take ``layout`` run in both distributions.
 
 Skipped, with one line naming ``make test-citus``, where Citus is not built into the embedded
 PostgreSQL (tests/citus_cluster.py). One cluster serves the module; each test has its own
@@ -24,6 +25,7 @@ from rag_pg.errors import CollectionNotFound, ConfigError
 from rag_pg.search.plan import SearchPlan
 from rag_pg.search.statement import Searcher
 from rag_pg.store import distribution
+from rag_pg.store.documents import shard_key
 
 from .citus_cluster import SKIP_REASON, Cluster, citus_built, citus_cluster
 from .conftest import run_cli
@@ -145,8 +147,10 @@ def statistics(url: str, schema: str) -> dict[str, list[dict[str, Any]]]:
         content = records(conn, sql.SQL(
             "SELECT d.collection, d.path, d.content_hash, c.position, md5(c.content) AS content,"
             " c.ts_config::text AS cfg, md5(v.embedding::text) AS vector"
-            " FROM {s}.document d JOIN {s}.chunk c ON c.document_id = d.id AND c.collection = d.collection"
-            " LEFT JOIN {s}.chunk_vector v ON v.chunk_id = c.id AND v.collection = c.collection"
+            " FROM {s}.document d JOIN {s}.chunk c"
+            "  ON c.document_id = d.id AND c.collection = d.collection AND c.shard_key = d.shard_key"
+            " LEFT JOIN {s}.chunk_vector v"
+            "  ON v.chunk_id = c.id AND v.collection = c.collection AND v.shard_key = c.shard_key"
             " ORDER BY 1, 2, 4").format(s=s))
     for row in [*terms, *chunks, *content]:  # the configuration without its schema
         row["cfg"] = row["cfg"].rsplit(".", 1)[-1]
@@ -154,12 +158,22 @@ def statistics(url: str, schema: str) -> dict[str, list[dict[str, Any]]]:
 
 
 @pytest.fixture
-def pair(cluster: Cluster, schema: str, db_url: str, embed_server: Any,
+def layout() -> str:
+    """The cluster's distribution; a test parametrized on ``layout`` runs in each."""
+    return "collection"
+
+
+BOTH = pytest.mark.parametrize("layout", distribution.DISTRIBUTIONS)
+
+
+@pytest.fixture
+def pair(cluster: Cluster, schema: str, db_url: str, embed_server: Any, layout: str,
          tmp_path: Path) -> Iterator[tuple[RagPG, RagPG, Path]]:
     """One node and the cluster, each with the same tree ingested."""
     tree = write_tree(tmp_path / "tree")
     with RagPG(db_url, settings(embed_server)) as one, \
-            RagPG(cluster.url, settings(embed_server, schema)) as many:
+            RagPG(cluster.url, settings(embed_server, schema,
+                                        **{"database.distribution": layout})) as many:
         many.init()
         for rag in (one, many):
             report = rag.ingest(tree)
@@ -187,6 +201,38 @@ def test_init_distributes_the_index_by_collection_and_again_changes_nothing(clus
 
 
 @needs_citus
+def test_init_spreads_the_documents_over_every_worker_by_document(cluster, schema, embed_server,
+                                                                  tmp_path):
+    options = {"database.distribution": "document"}
+    with RagPG(cluster.url, settings(embed_server, schema, **options)) as rag:
+        rag.init()
+        rag.init()
+        with psycopg.connect(cluster.url, autocommit=True) as conn:
+            placed = distribution.citus_tables(conn, schema)
+            assert placed == {**{t: "reference" for t in distribution.REFERENCE},
+                              "document": "by shard_key", "chunk": "by shard_key",
+                              "chunk_vector": "by shard_key", "term_stat": "by collection",
+                              "chunk_stat": "by collection"}
+            assert distribution.layout(conn, schema) == "document"
+        assert rag.ingest(write_tree(tmp_path / "tree")).documents_indexed == 27
+        with psycopg.connect(cluster.url, autocommit=True) as conn:
+            # one collection's documents on every worker, over many shards
+            keys = [row["shard_key"] for row in records(conn, sql.SQL(
+                "SELECT shard_key FROM {}.document").format(sql.Identifier(schema)))]
+            shards = {value(conn, "SELECT get_shard_id_for_distribution_column(%s, %s)",
+                            (f"{schema}.document", key)) for key in keys}
+            ports = {row["nodeport"] for row in records(
+                conn, "SELECT nodeport FROM citus_shards WHERE shardid = ANY(%s)", (list(shards),))}
+            spread = len(shards)
+    assert len(ports) == len(cluster.workers) and spread > len(cluster.workers)
+    # a schema distributed one way stays so: the other, asked for, is one clear error
+    with RagPG(cluster.url, settings(embed_server, schema, **{"database.distribution": "collection"})) \
+            as rag, pytest.raises(ConfigError, match="already distributed by document"):
+        rag.init()
+
+
+@needs_citus
+@BOTH
 def test_every_search_equals_one_nodes(pair):
     one, many, _ = pair
     for query, mode, options in itertools.product(QUERIES, ("vector", "keyword", "hybrid"), OPTIONS):
@@ -196,6 +242,7 @@ def test_every_search_equals_one_nodes(pair):
 
 
 @needs_citus
+@BOTH
 def test_ingest_edit_prune_and_no_change_run_keep_statistics_exact(pair, db_url, cluster, schema):
     one, many, tree = pair
     assert statistics(cluster.url, schema) == statistics(db_url, "ragpg")
@@ -262,7 +309,8 @@ def test_every_write_of_an_ingest_runs_on_the_collections_worker(pair, cluster, 
     from rag_pg.store.queries import Queries
 
     q = Queries(schema)
-    upsert = {"path": "a.md", "title": "A", "content_hash": "h", "front_matter": "{}",
+    upsert = {"path": "a.md", "shard_key": shard_key("a.md"), "title": "A", "content_hash": "h",
+              "front_matter": "{}",
               "parent_path": None, "level": 0, "node_type": "source", "embed": True,
               "language": "french", "fingerprint": "f", "chunk_count": 1, "token_count": 1,
               "source_root": "/", "readers": None}
@@ -281,6 +329,7 @@ def test_every_write_of_an_ingest_runs_on_the_collections_worker(pair, cluster, 
 
 
 @needs_citus
+@BOTH
 def test_a_searchs_settings_reach_the_worker_for_that_search_only(pair, cluster, schema):
     searcher = Searcher(schema)
     plan = SearchPlan(collection="default", k=5, mode="keyword", query_text="renard", ef_search=321,

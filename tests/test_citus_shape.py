@@ -296,13 +296,15 @@ def test_the_check_sees_what_citus_would_refuse(catalog) -> None:
         "inside: joins chunk c, document d without equating their collections",
         "by path: joins chunk c, document d without equating their collections"]
     catalog.execute("CREATE TABLE ragpg.h2_probe (id integer GENERATED ALWAYS AS IDENTITY UNIQUE,"
-                    " collection text, chunk_id bigint,"
-                    " FOREIGN KEY (chunk_id, collection) REFERENCES ragpg.chunk (id, collection))")
-    catalog.execute("CREATE TABLE ragpg.h2_probe_ref (chunk_id bigint, collection text,"
-                    " FOREIGN KEY (chunk_id, collection) REFERENCES ragpg.chunk (id, collection))")
+                    " collection text, chunk_id bigint, shard_key integer,"
+                    " FOREIGN KEY (chunk_id, collection, shard_key)"
+                    " REFERENCES ragpg.chunk (id, collection, shard_key))")
+    catalog.execute("CREATE TABLE ragpg.h2_probe_ref (chunk_id bigint, collection text, shard_key integer,"
+                    " FOREIGN KEY (chunk_id, collection, shard_key)"
+                    " REFERENCES ragpg.chunk (id, collection, shard_key))")
     probe = distributed | {"h2_probe"}
     assert key_violations(catalog, probe) == ["h2_probe: unique index h2_probe_id_key (id) lacks collection"]
     assert sequence_violations(catalog, probe) == ["h2_probe.id: sequence on integer, not bigint"]
     assert foreign_key_violations(catalog, probe) == [
-        "h2_probe_ref: foreign key h2_probe_ref_chunk_id_collection_fkey from a non-distributed"
+        "h2_probe_ref: foreign key h2_probe_ref_chunk_id_collection_shard_key_fkey from a non-distributed"
         " table to chunk"]

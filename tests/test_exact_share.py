@@ -23,7 +23,7 @@ from rag_pg.search.statement import Searcher
 from rag_pg.store.db import read_snapshot
 from rag_pg.store.documents import Store
 
-from .rows import records, value, values
+from .rows import records, value
 
 MODEL, DIM, PER_DOC = "m3", 3, 10
 #: folder -> documents: a/ is 200 of the collection's 3,000 chunks, b/ 50
@@ -39,22 +39,26 @@ def corpus(db_url: str) -> Any:
                      (MODEL, DIM))
         paths = [f"{folder}/d{i}.md" for folder, n in FOLDERS.items() for i in range(n)]
         conn.execute(
-            "INSERT INTO ragpg.document (collection, path, title, content_hash, front_matter, level,"
-            " node_type, embed, language, fingerprint, chunk_count, token_count)"
-            " SELECT 'c', p, 't', 'h', '{}', 0, 'source', true, 'french', 'f', %s, 100"
+            "INSERT INTO ragpg.document (collection, path, shard_key, title, content_hash, front_matter,"
+            " level, node_type, embed, language, fingerprint, chunk_count, token_count)"
+            " SELECT 'c', p, ('x' || left(md5(p), 8))::bit(32)::integer, 't', 'h', '{}', 0, 'source', true, 'french',"
+            " 'f', %s, 100"
             " FROM unnest(%s::text[]) p", (PER_DOC, paths))
         conn.execute(
-            "INSERT INTO ragpg.chunk (id, document_id, collection, position, section, anchor, content,"
-            " token_count, content_hash, ts_config)"
-            " SELECT row_number() OVER (ORDER BY d.id, p), d.id, 'c', p, '', '', 'mot', 10, 'h', 'simple'"
+            "INSERT INTO ragpg.chunk (id, document_id, collection, shard_key, position, section, anchor,"
+            " content, token_count, content_hash, ts_config)"
+            " SELECT row_number() OVER (ORDER BY d.id, p), d.id, 'c', d.shard_key, p, '', '', 'mot', 10,"
+            " 'h', 'simple'"
             " FROM ragpg.document d CROSS JOIN generate_series(0, %s) p WHERE d.collection = 'c'",
             (PER_DOC - 1,))
-        ids = values(conn, "SELECT id FROM ragpg.chunk ORDER BY id")
+        rows = records(conn, "SELECT id, shard_key FROM ragpg.chunk ORDER BY id")
+        ids = [r["id"] for r in rows]
         vectors = rng.standard_normal((len(ids), DIM)).astype(np.float32)
-        with conn.cursor() as cur, cur.copy(
-                "COPY ragpg.chunk_vector (chunk_id, collection, model, embedding) FROM STDIN") as cp:
-            for chunk_id, v in zip(ids, vectors, strict=True):
-                cp.write_row((chunk_id, "c", MODEL, json.dumps(v.tolist())))
+        with conn.cursor() as cur, cur.copy("COPY ragpg.chunk_vector"
+                                            " (chunk_id, collection, shard_key, model, embedding)"
+                                            " FROM STDIN") as cp:
+            for row, v in zip(rows, vectors, strict=True):
+                cp.write_row((row["id"], "c", row["shard_key"], MODEL, json.dumps(v.tolist())))
         Store("ragpg", IndexSettings()).ensure_vector_index(conn, MODEL, DIM)
         conn.execute("ANALYZE ragpg.document, ragpg.chunk, ragpg.chunk_vector")
     yield db_url

@@ -72,8 +72,9 @@ def test_the_prefix_filter_is_a_range_of_the_byte_ordered_index(rag: RagPG, db_u
         if conn.info.server_version < 160000:
             pytest.skip("EXPLAIN (GENERIC_PLAN) needs PostgreSQL 16")
         # a collection of some size, so that reading all of it costs more than the range
-        conn.execute("INSERT INTO ragpg.document (path, title, content_hash, fingerprint)"
-                     " SELECT 'bulk/' || i || '.md', '', '', '' FROM generate_series(1, 5000) i")
+        conn.execute("INSERT INTO ragpg.document (path, shard_key, title, content_hash, fingerprint)"
+                     " SELECT p, ('x' || left(md5(p), 8))::bit(32)::integer, '', '', ''"
+                     " FROM generate_series(1, 5000) i, LATERAL (SELECT 'bulk/' || i || '.md') AS x(p)")
         conn.execute("ANALYZE ragpg.document")
         text = generic(searcher.statement(plan).as_string(conn))
         row = value(conn, f"EXPLAIN (GENERIC_PLAN, FORMAT JSON) {text}")

@@ -424,14 +424,15 @@ def test_a_search_reads_its_collections_chunk_count(db_url):
     with psycopg.connect(db_url, autocommit=True) as conn:
         conn.execute("INSERT INTO ragpg.collection (name) VALUES ('c')")
         conn.execute(
-            "INSERT INTO ragpg.document (collection, path, title, content_hash, front_matter, level,"
-            " node_type, embed, language, fingerprint, chunk_count, token_count)"
-            " SELECT 'c', 'p' || i, 't', 'h', '{}', 0, 'source', i <= 400, 'french', 'f', 10, 100"
+            "INSERT INTO ragpg.document (collection, path, shard_key, title, content_hash, front_matter,"
+            " level, node_type, embed, language, fingerprint, chunk_count, token_count)"
+            " SELECT 'c', 'p' || i, ('x' || left(md5('p' || i), 8))::bit(32)::integer, 't', 'h', '{}', 0, 'source',"
+            " i <= 400, 'french', 'f', 10, 100"
             " FROM generate_series(1, 500) i")
         conn.execute(
-            "INSERT INTO ragpg.chunk (id, document_id, collection, position, section, anchor, content,"
-            " token_count, content_hash, ts_config)"
-            " SELECT row_number() OVER (), d.id, 'c', p, '', '', 'mot ' || p, 10, 'h', 'simple'"
+            "INSERT INTO ragpg.chunk (id, document_id, collection, shard_key, position, section, anchor,"
+            " content, token_count, content_hash, ts_config)"
+            " SELECT row_number() OVER (), d.id, 'c', d.shard_key, p, '', '', 'mot ' || p, 10, 'h', 'simple'"
             " FROM ragpg.document d CROSS JOIN generate_series(0, 9) p WHERE d.collection = 'c'")
         assert chunks(conn, "c") == 5000
         conn.execute("DELETE FROM ragpg.document WHERE collection = 'c' AND path = 'p1'")

@@ -324,15 +324,16 @@ class DatabaseSettings:
     # connection: a frozen server ends the command instead of hanging it (0: no limit).
     call_timeout: float = 300.0
     # How `ragpg init` spreads the index over a Citus cluster (rag_pg.store.distribution):
-    # "collection" (each collection on one worker). Unset: "collection" where the database has
-    # the citus extension, nothing elsewhere; set on a database without Citus: an error.
+    # "collection" (each collection on one worker) or "document" (each collection's documents
+    # spread over every worker). Unset: "collection" where the database has the citus
+    # extension, nothing elsewhere; set on a database without Citus: an error.
     distribution: str | None = None
 
     def __post_init__(self) -> None:
         check_identifier(self.schema, "database.schema")
         _require([
-            (self.distribution not in (None, "collection"),
-             f"database.distribution must be collection (got {self.distribution!r})"),
+            (self.distribution not in (None, "collection", "document"),
+             f"database.distribution must be collection or document (got {self.distribution!r})"),
             (self.pool_size < 1, f"database.pool_size must be >= 1 (got {self.pool_size})"),
             (self.connect_timeout <= 0,
              f"database.connect_timeout must be > 0 (got {self.connect_timeout:g})"),

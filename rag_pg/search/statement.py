@@ -132,9 +132,6 @@ class Searcher:
         if plan.mode in ("hybrid", "keyword"):
             ctes += self.keyword_leg(plan, where, literals)
         window = self._sql("search_window") if plan.neighbours > 0 else sql.SQL("NULL::jsonb")
-        expanded = (
-            self._sql(f"search_expand_{plan.expand}") if plan.expand else sql.SQL("NULL::jsonb")
-        )
         if plan.mode == "hybrid":
             ctes.append(self._sql("search_phrases"))
         phrases = self._sql("search_phrases_held" if plan.mode == "hybrid" else "search_phrases_none")
@@ -145,8 +142,17 @@ class Searcher:
             # candidate's id is a coalesce() of both legs', which PostgreSQL will not compare
             # through an index on a table under row-level security.
             candidates_of, rows = candidates_of + sql.SQL(" OFFSET 0"), "search_candidate_rows_held"
+        expanded: sql.Composable = sql.SQL("NULL::jsonb")
+        expand_join: sql.Composable = sql.SQL("")
+        if plan.expand:
+            ctes += [self._sql("search_expand_documents", candidates_of=candidates_of),
+                     self._sql(f"search_expand_{plan.expand}")]
+            expanded = self._sql("search_expanded")
+            expand_join = self._sql("search_expand_join",
+                                    key=self._sql(f"search_expand_{plan.expand}_key"))
         final = self._sql("search_select", window=window, expanded=expanded, phrases=phrases,
-                          candidates_of=candidates_of, candidate_rows=self._sql(rows))
+                          candidates_of=candidates_of, candidate_rows=self._sql(rows),
+                          expand_join=expand_join)
         return sql.SQL("WITH ") + sql.SQL(",\n").join(ctes) + sql.SQL("\n") + final
 
     def vector_leg(self, plan: SearchPlan, where: sql.Composed,

@@ -8,6 +8,7 @@ a model switch are ``rag_pg.admin.reembed_store``'s.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -24,11 +25,18 @@ from rag_pg.store import distribution, retry
 from rag_pg.store.boundary import translated
 from rag_pg.store.queries import Queries
 from rag_pg.store.runs import RunLog
-from rag_pg.store.term_stats import TermStatistics
+from rag_pg.store.term_stats import SpreadStatistics, TermStatistics
 from rag_pg.store.vector_index import VectorIndexes
 
 if TYPE_CHECKING:
     import numpy as np
+
+
+def shard_key(path: str) -> int:
+    """Where a cluster distributed by document places a document: the first 32 bits of its
+    path's MD5 as a signed integer (the document table's CHECK computes the same in SQL, and
+    its chunks and vectors carry it through their foreign keys)."""
+    return int.from_bytes(hashlib.md5(path.encode()).digest()[:4], "big", signed=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +95,7 @@ class Store(VectorIndexes, RunLog, TermStatistics):
         # A foreign writer's deadlock or lock wait on the same rows is replayed, not reported.
         self.retry = retry.DEFAULT
         self._distributed: bool | None = None
+        self._layout: str | None = None
 
     # -- reads -------------------------------------------------------------------------
 
@@ -156,14 +165,28 @@ class Store(VectorIndexes, RunLog, TermStatistics):
             self._distributed = distribution.distributed(conn, self.schema)
         return self._distributed
 
+    def layout(self, conn: psycopg.Connection[Any]) -> str | None:
+        """How a cluster holds the schema: ``collection``, ``document``, or None (one server),
+        read once (rag_pg.store.distribution)."""
+        if self.distributed(conn) and self._layout is None:
+            self._layout = distribution.layout(conn, self.schema)
+        return self._layout
+
     def forget_layout(self) -> None:
         """Read the layout again (after ``ragpg init`` distributed the schema)."""
         self._distributed = None
+        self._layout = None
 
     def _follow_statistics(self, cur: psycopg.Cursor[Any], direction: str, collection: str,
                            ids: list[int]) -> None:
         """Subtract (before a delete) or add (after a write) the documents' chunks to the term
         statistics, where the writer keeps them."""
+        if self.layout(cur.connection) == "document":
+            spread = SpreadStatistics(self.q)
+            with cur.connection.cursor() as rows:  # tuples, whatever ``cur`` makes of rows
+                counts = spread.of_documents(rows, collection, ids)
+                (spread.add if direction == "add" else spread.subtract)(rows, collection, *counts)
+            return
         params = {"collection": collection, "ids": ids}
         cur.execute(self.q(f"term_stats_{direction}_documents"), params)
         cur.execute(self.q(f"chunk_stats_{direction}_documents"), params)
@@ -235,7 +258,8 @@ class Store(VectorIndexes, RunLog, TermStatistics):
                           prepared: Sequence[PreparedDocument]) -> list[int]:
         """The documents' rows, in one pipelined batch (not a round trip each); their ids."""
         cur.executemany(self.q("document_upsert"), [{
-            "collection": collection, "path": p.document.path, "title": p.document.title,
+            "collection": collection, "path": p.document.path,
+            "shard_key": shard_key(p.document.path), "title": p.document.title,
             "content_hash": p.document.content_hash,
             "front_matter": Jsonb(p.document.front_matter),
             "parent_path": p.document.parent_path, "level": p.document.level,
@@ -260,8 +284,9 @@ class Store(VectorIndexes, RunLog, TermStatistics):
         for doc_id, p in zip(ids, prepared, strict=True):
             ts_config = config(p.language)
             readers = None if p.readers is None else list(p.readers)
+            key = shard_key(p.document.path)
             for c in p.chunks:
-                yield (next(chunk_id), doc_id, collection, c.position, c.section, c.anchor,
+                yield (next(chunk_id), doc_id, collection, key, c.position, c.section, c.anchor,
                        c.content, c.token_count, c.content_hash, ts_config, c.line_start,
                        c.line_end, readers)
 
@@ -294,8 +319,9 @@ class Store(VectorIndexes, RunLog, TermStatistics):
                 i += len(p.chunks)
                 continue
             readers = None if p.readers is None else list(p.readers)
+            key = shard_key(p.document.path)
             for vec in p.vectors:
-                yield (chunk_ids[i], collection, model, vec, readers)
+                yield (chunk_ids[i], collection, key, model, vec, readers)
                 i += 1
 
     def _insert_vectors(self, cur: psycopg.Cursor[Any], collection: str,
@@ -312,7 +338,7 @@ class Store(VectorIndexes, RunLog, TermStatistics):
         if staged:
             cur.execute(self.q("vector_stage_create"))
         with cur.copy(self.q(f"vector{stage}_copy")) as copy:
-            copy.set_types(["bigint", "text", "text", "vector", "text[]"])
+            copy.set_types(["bigint", "text", "integer", "text", "vector", "text[]"])
             for row in self._vector_rows(collection, prepared, chunk_ids, model):
                 copy.write_row(row)
         if staged:

@@ -17,8 +17,8 @@ vec_ann AS MATERIALIZED (
     SELECT cv.chunk_id, c.document_id,
            (cv.embedding::vector(64)) <=> %(qvec)s::vector(64) AS distance
     FROM "ragpg".chunk_vector cv
-    JOIN "ragpg".chunk c ON c.id = cv.chunk_id AND c.collection = cv.collection
-    JOIN "ragpg".document d ON d.id = c.document_id AND d.collection = c.collection
+    JOIN "ragpg".chunk c ON c.id = cv.chunk_id AND c.collection = cv.collection AND c.shard_key = cv.shard_key
+    JOIN "ragpg".document d ON d.id = c.document_id AND d.collection = c.collection AND d.shard_key = c.shard_key
     WHERE cv.collection = %(collection)s AND cv.model = 'fake-bow-64' AND d.collection = %(collection)s
       AND d.level = %(level)s
       AND NOT (SELECT exact FROM vec_scope)
@@ -30,9 +30,9 @@ vec_exact AS MATERIALIZED (
     FROM (SELECT cv.chunk_id, c.document_id,
                  (cv.embedding::vector(64)) <=> %(qvec)s::vector(64) AS distance
           FROM "ragpg".document d
-          JOIN "ragpg".chunk c ON c.document_id = d.id AND c.collection = d.collection
+          JOIN "ragpg".chunk c ON c.document_id = d.id AND c.collection = d.collection AND c.shard_key = d.shard_key
           JOIN "ragpg".chunk_vector cv
-            ON cv.chunk_id = c.id AND cv.collection = c.collection AND cv.model = 'fake-bow-64'
+            ON cv.chunk_id = c.id AND cv.collection = c.collection AND cv.shard_key = c.shard_key AND cv.model = 'fake-bow-64'
           WHERE d.collection = %(collection)s
       AND d.level = %(level)s AND (SELECT exact FROM vec_scope)
           OFFSET 0) e
@@ -103,7 +103,7 @@ kw_seed_match AS MATERIALIZED (
            array_position(%(ts_configs)s::regconfig[], c.ts_config) AS ts_config, c.token_count AS dl, u.lexeme,
            cardinality(u.positions) AS tf
     FROM "ragpg".chunk c
-    JOIN "ragpg".document d ON d.id = c.document_id AND d.collection = c.collection
+    JOIN "ragpg".document d ON d.id = c.document_id AND d.collection = c.collection AND d.shard_key = c.shard_key
     CROSS JOIN LATERAL unnest(ts_filter(setweight(c.tsv, 'A', (SELECT lexemes FROM kw_query)),
                                         ARRAY['a']::"char"[])) AS u
     WHERE c.collection IS NOT DISTINCT FROM %(collection)s AND c.tsv @@ (SELECT seed_q FROM kw_query)
@@ -142,7 +142,7 @@ kw_rest_match AS MATERIALIZED (
            array_position(%(ts_configs)s::regconfig[], c.ts_config) AS ts_config, c.token_count AS dl, u.lexeme,
            cardinality(u.positions) AS tf
     FROM "ragpg".chunk c
-    JOIN "ragpg".document d ON d.id = c.document_id AND d.collection = c.collection
+    JOIN "ragpg".document d ON d.id = c.document_id AND d.collection = c.collection AND d.shard_key = c.shard_key
     CROSS JOIN LATERAL unnest(ts_filter(setweight(c.tsv, 'A', (SELECT lexemes FROM kw_query)),
                                         ARRAY['a']::"char"[])) AS u
     WHERE c.collection IS NOT DISTINCT FROM %(collection)s AND c.tsv @@ (SELECT q FROM kw_rest_query)
@@ -159,6 +159,7 @@ kw_small_match AS MATERIALIZED (
     CROSS JOIN LATERAL (SELECT w.id, w.document_id, w.ts_config, w.token_count, w.tsv
                         FROM "ragpg".chunk w
                         WHERE w.document_id = d.id AND w.collection = %(collection)s
+                          AND w.shard_key = d.shard_key
                         OFFSET 0) c
     CROSS JOIN LATERAL unnest(ts_filter(setweight(c.tsv, 'A', (SELECT lexemes FROM kw_query)),
                                         ARRAY['a']::"char"[])) AS u
@@ -203,24 +204,39 @@ phrases AS MATERIALIZED (
     CROSS JOIN unnest(%(phrase_windows)s::text[]) AS w(words)
     CROSS JOIN LATERAL phraseto_tsquery(g.config, w.words) AS p(q)
     WHERE numnode(p.q) = 3
-)
-SELECT c.id AS chunk_id, cand.vector_rank, cand.distance, cand.keyword_rank, cand.keyword_score,
-       c.position, c.section, c.anchor, c.content, c.token_count, c.content_hash,
-       c.line_start, c.line_end, d.id AS document_id, d.path, d.title, d.collection,
-       NULL::jsonb AS window_chunks, CASE WHEN row_number() OVER (PARTITION BY d.id ORDER BY c.id) = 1 THEN (
-    SELECT jsonb_agg(jsonb_build_object(
+),
+expand_documents AS MATERIALIZED (
+    SELECT DISTINCT d.path, d.parent_path
+    FROM (SELECT coalesce(v.chunk_id, k.chunk_id) AS chunk_id, v.rank AS vector_rank, v.distance,
+       k.rank AS keyword_rank, k.score AS keyword_score
+FROM vec_ranked v FULL JOIN kw_ranked k ON k.chunk_id = v.chunk_id) cand
+    JOIN "ragpg".chunk c ON c.id = cand.chunk_id AND c.collection = %(collection)s
+    JOIN "ragpg".document d
+      ON d.id = c.document_id AND d.collection = c.collection AND d.shard_key = c.shard_key
+),
+expand_nodes AS MATERIALIZED (
+    SELECT k.node_key, jsonb_agg(jsonb_build_object(
         'path', ch.path, 'title', ch.title,
         'chunks', coalesce((
             SELECT jsonb_agg(jsonb_build_object('position', cc.position, 'section', cc.section,
                                                 'anchor', cc.anchor, 'content', cc.content)
                              ORDER BY cc.position)
             FROM "ragpg".chunk cc
-            WHERE cc.document_id = ch.id AND cc.collection = %(collection)s), '[]'::jsonb))
-        ORDER BY ch.path)
+            WHERE cc.document_id = ch.id AND cc.collection = %(collection)s
+              AND cc.shard_key = ch.shard_key), '[]'::jsonb))
+        ORDER BY ch.path) AS node
     FROM "ragpg".document ch
+    CROSS JOIN LATERAL (SELECT CASE WHEN ch.parent_path LIKE './%%' THEN substr(ch.parent_path, 3)
+                                    WHEN ch.parent_path LIKE '/%%' THEN substr(ch.parent_path, 2)
+                                    ELSE ch.parent_path END AS node_key) k
     WHERE ch.collection = %(collection)s
-      AND ch.parent_path IN (d.path, './' || d.path, '/' || d.path)
-) END AS expanded, ARRAY(SELECT p.q::text FROM phrases p
+      AND k.node_key IN (SELECT e.path FROM expand_documents e)
+    GROUP BY k.node_key
+)
+SELECT c.id AS chunk_id, cand.vector_rank, cand.distance, cand.keyword_rank, cand.keyword_score,
+       c.position, c.section, c.anchor, c.content, c.token_count, c.content_hash,
+       c.line_start, c.line_end, d.id AS document_id, d.path, d.title, d.collection,
+       NULL::jsonb AS window_chunks, CASE WHEN row_number() OVER (PARTITION BY d.id, d.shard_key ORDER BY c.id) = 1 THEN x.node END AS expanded, ARRAY(SELECT p.q::text FROM phrases p
       WHERE CASE WHEN p.cfg = array_position(%(ts_configs)s::regconfig[], c.ts_config) THEN c.tsv @@ p.q ELSE false END ORDER BY 1)
     AS phrases_held,
 (SELECT count(*) FROM phrases p WHERE p.cfg = array_position(%(ts_configs)s::regconfig[], c.ts_config))::integer AS phrases_asked
@@ -228,4 +244,5 @@ FROM (SELECT coalesce(v.chunk_id, k.chunk_id) AS chunk_id, v.rank AS vector_rank
        k.rank AS keyword_rank, k.score AS keyword_score
 FROM vec_ranked v FULL JOIN kw_ranked k ON k.chunk_id = v.chunk_id) cand
 JOIN "ragpg".chunk c ON c.id = cand.chunk_id AND c.collection = %(collection)s
-JOIN "ragpg".document d ON d.id = c.document_id AND d.collection = c.collection
+JOIN "ragpg".document d ON d.id = c.document_id AND d.collection = c.collection AND d.shard_key = c.shard_key
+LEFT JOIN expand_nodes x ON x.node_key = d.path

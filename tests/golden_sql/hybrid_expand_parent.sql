@@ -17,9 +17,9 @@ vec_exact AS MATERIALIZED (
     FROM (SELECT cv.chunk_id, c.document_id,
                  (cv.embedding::vector(64)) <=> %(qvec)s::vector(64) AS distance
           FROM "ragpg".document d
-          JOIN "ragpg".chunk c ON c.document_id = d.id AND c.collection = d.collection
+          JOIN "ragpg".chunk c ON c.document_id = d.id AND c.collection = d.collection AND c.shard_key = d.shard_key
           JOIN "ragpg".chunk_vector cv
-            ON cv.chunk_id = c.id AND cv.collection = c.collection AND cv.model = 'fake-bow-64'
+            ON cv.chunk_id = c.id AND cv.collection = c.collection AND cv.shard_key = c.shard_key AND cv.model = 'fake-bow-64'
           WHERE d.collection = %(collection)s AND (SELECT exact FROM vec_scope)
           OFFSET 0) e
     ORDER BY e.distance, e.chunk_id LIMIT 40
@@ -129,6 +129,7 @@ kw_small_match AS MATERIALIZED (
     CROSS JOIN LATERAL (SELECT w.id, w.document_id, w.ts_config, w.token_count, w.tsv
                         FROM "ragpg".chunk w
                         WHERE w.document_id = d.id AND w.collection = %(collection)s
+                          AND w.shard_key = d.shard_key
                         OFFSET 0) c
     CROSS JOIN LATERAL unnest(ts_filter(setweight(c.tsv, 'A', (SELECT lexemes FROM kw_query)),
                                         ARRAY['a']::"char"[])) AS u
@@ -172,6 +173,30 @@ phrases AS MATERIALIZED (
     CROSS JOIN unnest(%(phrase_windows)s::text[]) AS w(words)
     CROSS JOIN LATERAL phraseto_tsquery(g.config, w.words) AS p(q)
     WHERE numnode(p.q) = 3
+),
+expand_documents AS MATERIALIZED (
+    SELECT DISTINCT d.path, d.parent_path
+    FROM (SELECT coalesce(v.chunk_id, k.chunk_id) AS chunk_id, v.rank AS vector_rank, v.distance,
+       k.rank AS keyword_rank, k.score AS keyword_score
+FROM vec_ranked v FULL JOIN kw_ranked k ON k.chunk_id = v.chunk_id) cand
+    JOIN "ragpg".chunk c ON c.id = cand.chunk_id AND c.collection = %(collection)s
+    JOIN "ragpg".document d
+      ON d.id = c.document_id AND d.collection = c.collection AND d.shard_key = c.shard_key
+),
+expand_nodes AS MATERIALIZED (
+    SELECT p.path AS node_key, jsonb_build_object(
+        'path', p.path, 'title', p.title,
+        'chunks', coalesce((
+            SELECT jsonb_agg(jsonb_build_object('position', pc.position, 'section', pc.section,
+                                                'anchor', pc.anchor, 'content', pc.content)
+                             ORDER BY pc.position)
+            FROM "ragpg".chunk pc
+            WHERE pc.document_id = p.id AND pc.collection = %(collection)s
+              AND pc.shard_key = p.shard_key), '[]'::jsonb)) AS node
+    FROM "ragpg".document p
+    WHERE p.collection = %(collection)s
+      AND p.path IN (SELECT ltrim(regexp_replace(e.parent_path, '^(\./)+', ''), '/')
+                     FROM expand_documents e)
 )
 SELECT c.id AS chunk_id, cand.vector_rank, cand.distance, cand.keyword_rank, cand.keyword_score,
        c.position, c.section, c.anchor, c.content, c.token_count, c.content_hash,
@@ -180,19 +205,8 @@ SELECT c.id AS chunk_id, cand.vector_rank, cand.distance, cand.keyword_rank, can
                                      'anchor', w.anchor, 'content', w.content) ORDER BY w.position)
  FROM "ragpg".chunk w
  WHERE w.document_id = c.document_id AND w.collection = %(collection)s
-   AND w.position BETWEEN c.position - %(neighbours)s AND c.position + %(neighbours)s) AS window_chunks, CASE WHEN row_number() OVER (PARTITION BY d.id ORDER BY c.id) = 1 THEN (
-    SELECT jsonb_build_object(
-        'path', p.path, 'title', p.title,
-        'chunks', coalesce((
-            SELECT jsonb_agg(jsonb_build_object('position', pc.position, 'section', pc.section,
-                                                'anchor', pc.anchor, 'content', pc.content)
-                             ORDER BY pc.position)
-            FROM "ragpg".chunk pc
-            WHERE pc.document_id = p.id AND pc.collection = %(collection)s), '[]'::jsonb))
-    FROM "ragpg".document p
-    WHERE p.collection = %(collection)s
-      AND p.path = ltrim(regexp_replace(d.parent_path, '^(\./)+', ''), '/')
-) END AS expanded, ARRAY(SELECT p.q::text FROM phrases p
+   AND w.shard_key = c.shard_key
+   AND w.position BETWEEN c.position - %(neighbours)s AND c.position + %(neighbours)s) AS window_chunks, CASE WHEN row_number() OVER (PARTITION BY d.id, d.shard_key ORDER BY c.id) = 1 THEN x.node END AS expanded, ARRAY(SELECT p.q::text FROM phrases p
       WHERE CASE WHEN p.cfg = array_position(%(ts_configs)s::regconfig[], c.ts_config) THEN c.tsv @@ p.q ELSE false END ORDER BY 1)
     AS phrases_held,
 (SELECT count(*) FROM phrases p WHERE p.cfg = array_position(%(ts_configs)s::regconfig[], c.ts_config))::integer AS phrases_asked
@@ -200,4 +214,5 @@ FROM (SELECT coalesce(v.chunk_id, k.chunk_id) AS chunk_id, v.rank AS vector_rank
        k.rank AS keyword_rank, k.score AS keyword_score
 FROM vec_ranked v FULL JOIN kw_ranked k ON k.chunk_id = v.chunk_id) cand
 JOIN "ragpg".chunk c ON c.id = cand.chunk_id AND c.collection = %(collection)s
-JOIN "ragpg".document d ON d.id = c.document_id AND d.collection = c.collection
+JOIN "ragpg".document d ON d.id = c.document_id AND d.collection = c.collection AND d.shard_key = c.shard_key
+LEFT JOIN expand_nodes x ON x.node_key = ltrim(regexp_replace(d.parent_path, '^(\./)+', ''), '/')

@@ -26,8 +26,8 @@ vec_ann AS MATERIALIZED (
     SELECT cv.chunk_id, c.document_id,
            (cv.embedding::vector(64)) <=> %(qvec)s::vector(64) AS distance
     FROM "ragpg".chunk_vector cv
-    JOIN "ragpg".chunk c ON c.id = cv.chunk_id AND c.collection = cv.collection
-    JOIN "ragpg".document d ON d.id = c.document_id AND d.collection = c.collection
+    JOIN "ragpg".chunk c ON c.id = cv.chunk_id AND c.collection = cv.collection AND c.shard_key = cv.shard_key
+    JOIN "ragpg".document d ON d.id = c.document_id AND d.collection = c.collection AND d.shard_key = c.shard_key
     WHERE cv.collection = %(collection)s AND cv.model = 'fake-bow-64' AND d.collection = %(collection)s
       AND (d.path = %(path_prefix)s
  OR (d.path COLLATE "C" >= %(path_prefix_dir)s AND d.path COLLATE "C" < %(path_prefix_end)s))
@@ -48,9 +48,9 @@ vec_exact AS MATERIALIZED (
     FROM (SELECT cv.chunk_id, c.document_id,
                  (cv.embedding::vector(64)) <=> %(qvec)s::vector(64) AS distance
           FROM "ragpg".document d
-          JOIN "ragpg".chunk c ON c.document_id = d.id AND c.collection = d.collection
+          JOIN "ragpg".chunk c ON c.document_id = d.id AND c.collection = d.collection AND c.shard_key = d.shard_key
           JOIN "ragpg".chunk_vector cv
-            ON cv.chunk_id = c.id AND cv.collection = c.collection AND cv.model = 'fake-bow-64'
+            ON cv.chunk_id = c.id AND cv.collection = c.collection AND cv.shard_key = c.shard_key AND cv.model = 'fake-bow-64'
           WHERE d.collection = %(collection)s
       AND (d.path = %(path_prefix)s
  OR (d.path COLLATE "C" >= %(path_prefix_dir)s AND d.path COLLATE "C" < %(path_prefix_end)s))
@@ -139,7 +139,7 @@ kw_seed_match AS MATERIALIZED (
            array_position(%(ts_configs)s::regconfig[], c.ts_config) AS ts_config, c.token_count AS dl, u.lexeme,
            cardinality(u.positions) AS tf
     FROM "ragpg".chunk c
-    JOIN "ragpg".document d ON d.id = c.document_id AND d.collection = c.collection
+    JOIN "ragpg".document d ON d.id = c.document_id AND d.collection = c.collection AND d.shard_key = c.shard_key
     CROSS JOIN LATERAL unnest(ts_filter(setweight(c.tsv, 'A', (SELECT lexemes FROM kw_query)),
                                         ARRAY['a']::"char"[])) AS u
     WHERE c.collection IS NOT DISTINCT FROM %(collection)s AND c.tsv @@ (SELECT seed_q FROM kw_query)
@@ -187,7 +187,7 @@ kw_rest_match AS MATERIALIZED (
            array_position(%(ts_configs)s::regconfig[], c.ts_config) AS ts_config, c.token_count AS dl, u.lexeme,
            cardinality(u.positions) AS tf
     FROM "ragpg".chunk c
-    JOIN "ragpg".document d ON d.id = c.document_id AND d.collection = c.collection
+    JOIN "ragpg".document d ON d.id = c.document_id AND d.collection = c.collection AND d.shard_key = c.shard_key
     CROSS JOIN LATERAL unnest(ts_filter(setweight(c.tsv, 'A', (SELECT lexemes FROM kw_query)),
                                         ARRAY['a']::"char"[])) AS u
     WHERE c.collection IS NOT DISTINCT FROM %(collection)s AND c.tsv @@ (SELECT q FROM kw_rest_query)
@@ -213,6 +213,7 @@ kw_small_match AS MATERIALIZED (
     CROSS JOIN LATERAL (SELECT w.id, w.document_id, w.ts_config, w.token_count, w.tsv
                         FROM "ragpg".chunk w
                         WHERE w.document_id = d.id AND w.collection = %(collection)s
+                          AND w.shard_key = d.shard_key
                         OFFSET 0) c
     CROSS JOIN LATERAL unnest(ts_filter(setweight(c.tsv, 'A', (SELECT lexemes FROM kw_query)),
                                         ARRAY['a']::"char"[])) AS u
@@ -278,4 +279,4 @@ FROM (SELECT coalesce(v.chunk_id, k.chunk_id) AS chunk_id, v.rank AS vector_rank
        k.rank AS keyword_rank, k.score AS keyword_score
 FROM vec_ranked v FULL JOIN kw_ranked k ON k.chunk_id = v.chunk_id) cand
 JOIN "ragpg".chunk c ON c.id = cand.chunk_id AND c.collection = %(collection)s
-JOIN "ragpg".document d ON d.id = c.document_id AND d.collection = c.collection
+JOIN "ragpg".document d ON d.id = c.document_id AND d.collection = c.collection AND d.shard_key = c.shard_key

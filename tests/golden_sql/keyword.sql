@@ -98,6 +98,7 @@ kw_small_match AS MATERIALIZED (
     CROSS JOIN LATERAL (SELECT w.id, w.document_id, w.ts_config, w.token_count, w.tsv
                         FROM "ragpg".chunk w
                         WHERE w.document_id = d.id AND w.collection = %(collection)s
+                          AND w.shard_key = d.shard_key
                         OFFSET 0) c
     CROSS JOIN LATERAL unnest(ts_filter(setweight(c.tsv, 'A', (SELECT lexemes FROM kw_query)),
                                         ARRAY['a']::"char"[])) AS u
@@ -143,4 +144,4 @@ FROM (SELECT k.chunk_id, NULL::bigint AS vector_rank, NULL::float8 AS distance,
        k.rank AS keyword_rank, k.score AS keyword_score
 FROM kw_ranked k) cand
 JOIN "ragpg".chunk c ON c.id = cand.chunk_id AND c.collection = %(collection)s
-JOIN "ragpg".document d ON d.id = c.document_id AND d.collection = c.collection
+JOIN "ragpg".document d ON d.id = c.document_id AND d.collection = c.collection AND d.shard_key = c.shard_key

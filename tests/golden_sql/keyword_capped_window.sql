@@ -98,6 +98,7 @@ kw_small_match AS MATERIALIZED (
     CROSS JOIN LATERAL (SELECT w.id, w.document_id, w.ts_config, w.token_count, w.tsv
                         FROM "ragpg".chunk w
                         WHERE w.document_id = d.id AND w.collection = %(collection)s
+                          AND w.shard_key = d.shard_key
                         OFFSET 0) c
     CROSS JOIN LATERAL unnest(ts_filter(setweight(c.tsv, 'A', (SELECT lexemes FROM kw_query)),
                                         ARRAY['a']::"char"[])) AS u
@@ -142,9 +143,10 @@ SELECT c.id AS chunk_id, cand.vector_rank, cand.distance, cand.keyword_rank, can
                                      'anchor', w.anchor, 'content', w.content) ORDER BY w.position)
  FROM "ragpg".chunk w
  WHERE w.document_id = c.document_id AND w.collection = %(collection)s
+   AND w.shard_key = c.shard_key
    AND w.position BETWEEN c.position - %(neighbours)s AND c.position + %(neighbours)s) AS window_chunks, NULL::jsonb AS expanded, NULL::text[] AS phrases_held, NULL::integer AS phrases_asked
 FROM (SELECT k.chunk_id, NULL::bigint AS vector_rank, NULL::float8 AS distance,
        k.rank AS keyword_rank, k.score AS keyword_score
 FROM kw_ranked k) cand
 JOIN "ragpg".chunk c ON c.id = cand.chunk_id AND c.collection = %(collection)s
-JOIN "ragpg".document d ON d.id = c.document_id AND d.collection = c.collection
+JOIN "ragpg".document d ON d.id = c.document_id AND d.collection = c.collection AND d.shard_key = c.shard_key

@@ -58,4 +58,4 @@ FROM (SELECT k.chunk_id, NULL::bigint AS vector_rank, NULL::float8 AS distance,
        k.rank AS keyword_rank, k.score AS keyword_score
 FROM kw_ranked k) cand
 JOIN "ragpg".chunk c ON c.id = cand.chunk_id AND c.collection = %(collection)s
-JOIN "ragpg".document d ON d.id = c.document_id AND d.collection = c.collection
+JOIN "ragpg".document d ON d.id = c.document_id AND d.collection = c.collection AND d.shard_key = c.shard_key

@@ -19,7 +19,7 @@ kw_match AS MATERIALIZED (
       AND d.level = %(level)s
       AND d.node_type = %(node_type)s) AS keep, m.lexeme, cardinality(m.positions) AS tf
     FROM "ragpg".chunk c
-    JOIN "ragpg".document d ON d.id = c.document_id AND d.collection = c.collection
+    JOIN "ragpg".document d ON d.id = c.document_id AND d.collection = c.collection AND d.shard_key = c.shard_key
     CROSS JOIN LATERAL unnest(ts_filter(
         setweight(c.tsv, 'A', (SELECT array_agg(DISTINCT lexeme) FROM kw_terms)),
         ARRAY['a']::"char"[])) AS m
@@ -68,4 +68,4 @@ FROM (SELECT k.chunk_id, NULL::bigint AS vector_rank, NULL::float8 AS distance,
        k.rank AS keyword_rank, k.score AS keyword_score
 FROM kw_ranked k) cand
 JOIN "ragpg".chunk c ON c.id = cand.chunk_id AND c.collection = %(collection)s
-JOIN "ragpg".document d ON d.id = c.document_id AND d.collection = c.collection
+JOIN "ragpg".document d ON d.id = c.document_id AND d.collection = c.collection AND d.shard_key = c.shard_key

@@ -60,7 +60,7 @@ kw_seed_match AS MATERIALIZED (
            array_position(%(ts_configs)s::regconfig[], c.ts_config) AS ts_config, c.token_count AS dl, u.lexeme,
            cardinality(u.positions) AS tf
     FROM "ragpg".chunk c
-    JOIN "ragpg".document d ON d.id = c.document_id AND d.collection = c.collection
+    JOIN "ragpg".document d ON d.id = c.document_id AND d.collection = c.collection AND d.shard_key = c.shard_key
     CROSS JOIN LATERAL unnest(ts_filter(setweight(c.tsv, 'A', (SELECT lexemes FROM kw_query)),
                                         ARRAY['a']::"char"[])) AS u
     WHERE c.collection IS NOT DISTINCT FROM %(collection)s AND c.tsv @@ (SELECT seed_q FROM kw_query)
@@ -108,7 +108,7 @@ kw_rest_match AS MATERIALIZED (
            array_position(%(ts_configs)s::regconfig[], c.ts_config) AS ts_config, c.token_count AS dl, u.lexeme,
            cardinality(u.positions) AS tf
     FROM "ragpg".chunk c
-    JOIN "ragpg".document d ON d.id = c.document_id AND d.collection = c.collection
+    JOIN "ragpg".document d ON d.id = c.document_id AND d.collection = c.collection AND d.shard_key = c.shard_key
     CROSS JOIN LATERAL unnest(ts_filter(setweight(c.tsv, 'A', (SELECT lexemes FROM kw_query)),
                                         ARRAY['a']::"char"[])) AS u
     WHERE c.collection IS NOT DISTINCT FROM %(collection)s AND c.tsv @@ (SELECT q FROM kw_rest_query)
@@ -134,6 +134,7 @@ kw_small_match AS MATERIALIZED (
     CROSS JOIN LATERAL (SELECT w.id, w.document_id, w.ts_config, w.token_count, w.tsv
                         FROM "ragpg".chunk w
                         WHERE w.document_id = d.id AND w.collection = %(collection)s
+                          AND w.shard_key = d.shard_key
                         OFFSET 0) c
     CROSS JOIN LATERAL unnest(ts_filter(setweight(c.tsv, 'A', (SELECT lexemes FROM kw_query)),
                                         ARRAY['a']::"char"[])) AS u
@@ -189,4 +190,4 @@ FROM (SELECT k.chunk_id, NULL::bigint AS vector_rank, NULL::float8 AS distance,
        k.rank AS keyword_rank, k.score AS keyword_score
 FROM kw_ranked k) cand
 JOIN "ragpg".chunk c ON c.id = cand.chunk_id AND c.collection = %(collection)s
-JOIN "ragpg".document d ON d.id = c.document_id AND d.collection = c.collection
+JOIN "ragpg".document d ON d.id = c.document_id AND d.collection = c.collection AND d.shard_key = c.shard_key

@@ -26,8 +26,8 @@ vec_ann AS MATERIALIZED (
     SELECT cv.chunk_id, c.document_id,
            (cv.embedding::vector(64)) <=> %(qvec)s::vector(64) AS distance
     FROM "ragpg".chunk_vector cv
-    JOIN "ragpg".chunk c ON c.id = cv.chunk_id AND c.collection = cv.collection
-    JOIN "ragpg".document d ON d.id = c.document_id AND d.collection = c.collection
+    JOIN "ragpg".chunk c ON c.id = cv.chunk_id AND c.collection = cv.collection AND c.shard_key = cv.shard_key
+    JOIN "ragpg".document d ON d.id = c.document_id AND d.collection = c.collection AND d.shard_key = c.shard_key
     WHERE cv.collection = %(collection)s AND cv.model = 'fake-bow-64' AND d.collection = %(collection)s
       AND (d.path = %(path_prefix)s
  OR (d.path COLLATE "C" >= %(path_prefix_dir)s AND d.path COLLATE "C" < %(path_prefix_end)s))
@@ -48,9 +48,9 @@ vec_exact AS MATERIALIZED (
     FROM (SELECT cv.chunk_id, c.document_id,
                  (cv.embedding::vector(64)) <=> %(qvec)s::vector(64) AS distance
           FROM "ragpg".document d
-          JOIN "ragpg".chunk c ON c.document_id = d.id AND c.collection = d.collection
+          JOIN "ragpg".chunk c ON c.document_id = d.id AND c.collection = d.collection AND c.shard_key = d.shard_key
           JOIN "ragpg".chunk_vector cv
-            ON cv.chunk_id = c.id AND cv.collection = c.collection AND cv.model = 'fake-bow-64'
+            ON cv.chunk_id = c.id AND cv.collection = c.collection AND cv.shard_key = c.shard_key AND cv.model = 'fake-bow-64'
           WHERE d.collection = %(collection)s
       AND (d.path = %(path_prefix)s
  OR (d.path COLLATE "C" >= %(path_prefix_dir)s AND d.path COLLATE "C" < %(path_prefix_end)s))
@@ -85,4 +85,4 @@ FROM (SELECT v.chunk_id, v.rank AS vector_rank, v.distance, NULL::bigint AS keyw
        NULL::float8 AS keyword_score
 FROM vec_ranked v) cand
 JOIN "ragpg".chunk c ON c.id = cand.chunk_id AND c.collection = %(collection)s
-JOIN "ragpg".document d ON d.id = c.document_id AND d.collection = c.collection
+JOIN "ragpg".document d ON d.id = c.document_id AND d.collection = c.collection AND d.shard_key = c.shard_key

@@ -17,9 +17,9 @@ vec_exact AS MATERIALIZED (
     FROM (SELECT cv.chunk_id, c.document_id,
                  (cv.embedding::halfvec(64)) <=> %(qvec)s::halfvec(64) AS distance
           FROM "ragpg".document d
-          JOIN "ragpg".chunk c ON c.document_id = d.id AND c.collection = d.collection
+          JOIN "ragpg".chunk c ON c.document_id = d.id AND c.collection = d.collection AND c.shard_key = d.shard_key
           JOIN "ragpg".chunk_vector cv
-            ON cv.chunk_id = c.id AND cv.collection = c.collection AND cv.model = 'fake-bow-64'
+            ON cv.chunk_id = c.id AND cv.collection = c.collection AND cv.shard_key = c.shard_key AND cv.model = 'fake-bow-64'
           WHERE d.collection = %(collection)s AND (SELECT exact FROM vec_scope)
           OFFSET 0) e
     ORDER BY e.distance, e.chunk_id LIMIT 10
@@ -37,4 +37,4 @@ FROM (SELECT v.chunk_id, v.rank AS vector_rank, v.distance, NULL::bigint AS keyw
        NULL::float8 AS keyword_score
 FROM vec_ranked v) cand
 JOIN "ragpg".chunk c ON c.id = cand.chunk_id AND c.collection = %(collection)s
-JOIN "ragpg".document d ON d.id = c.document_id AND d.collection = c.collection
+JOIN "ragpg".document d ON d.id = c.document_id AND d.collection = c.collection AND d.shard_key = c.shard_key

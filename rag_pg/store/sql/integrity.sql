@@ -6,40 +6,40 @@
 -- name: check_chunk_count
 -- a document's chunk_count differs from its chunks
 SELECT d.path AS subject, d.chunk_count || ' recorded, ' || count(c.id) || ' stored' AS detail
-FROM {schema}.document d LEFT JOIN {schema}.chunk c ON c.document_id = d.id AND c.collection = d.collection
+FROM {schema}.document d LEFT JOIN {schema}.chunk c ON c.document_id = d.id AND c.collection = d.collection AND c.shard_key = d.shard_key
 WHERE (%(collection)s::text IS NULL OR d.collection = %(collection)s)
-GROUP BY d.id, d.collection HAVING d.chunk_count <> count(c.id);
+GROUP BY d.id, d.collection, d.shard_key HAVING d.chunk_count <> count(c.id);
 
 -- name: check_positions
 -- a document's chunk positions are not 0..n-1
 SELECT d.path AS subject,
 'positions ' || min(c.position) || '..' || max(c.position) || ' for ' || count(*) AS detail
-FROM {schema}.document d JOIN {schema}.chunk c ON c.document_id = d.id AND c.collection = d.collection
+FROM {schema}.document d JOIN {schema}.chunk c ON c.document_id = d.id AND c.collection = d.collection AND c.shard_key = d.shard_key
 WHERE (%(collection)s::text IS NULL OR d.collection = %(collection)s)
-GROUP BY d.id, d.collection HAVING min(c.position) <> 0 OR max(c.position) <> count(*) - 1;
+GROUP BY d.id, d.collection, d.shard_key HAVING min(c.position) <> 0 OR max(c.position) <> count(*) - 1;
 
 -- name: check_missing_vector
 -- a chunk of an embedded document has no vector of its collection's model
 SELECT d.path AS subject, count(*) || ' chunks without a ' || col.model || ' vector' AS detail
 FROM {schema}.document d
 JOIN {schema}.collection col ON col.name = d.collection AND col.model IS NOT NULL
-JOIN {schema}.chunk c ON c.document_id = d.id AND c.collection = d.collection
+JOIN {schema}.chunk c ON c.document_id = d.id AND c.collection = d.collection AND c.shard_key = d.shard_key
 LEFT JOIN {schema}.chunk_vector v
-ON v.chunk_id = c.id AND v.collection = c.collection AND v.model = col.model
+ON v.chunk_id = c.id AND v.collection = c.collection AND v.shard_key = c.shard_key AND v.model = col.model
 WHERE d.embed AND v.chunk_id IS NULL AND (%(collection)s::text IS NULL OR d.collection = %(collection)s) GROUP BY d.path, col.model;
 
 -- name: check_dimension
 -- a vector's dimension differs from its collection's
 SELECT d.path AS subject, count(*) || ' vectors of ' || min(vector_dims(v.embedding)) || ' d' AS detail
-FROM {schema}.chunk_vector v JOIN {schema}.chunk c ON c.id = v.chunk_id AND c.collection = v.collection
-JOIN {schema}.document d ON d.id = c.document_id AND d.collection = c.collection
+FROM {schema}.chunk_vector v JOIN {schema}.chunk c ON c.id = v.chunk_id AND c.collection = v.collection AND c.shard_key = v.shard_key
+JOIN {schema}.document d ON d.id = c.document_id AND d.collection = c.collection AND d.shard_key = c.shard_key
 JOIN {schema}.collection col ON col.name = d.collection AND col.model = v.model
 WHERE vector_dims(v.embedding) <> col.dimension AND (%(collection)s::text IS NULL OR d.collection = %(collection)s) GROUP BY d.path;
 
 -- name: check_content_hash
 -- a chunk's section or text differs from what it was indexed with
 SELECT d.path AS subject, count(*) || ' chunks changed since they were indexed' AS detail
-FROM {schema}.chunk c JOIN {schema}.document d ON d.id = c.document_id AND d.collection = c.collection
+FROM {schema}.chunk c JOIN {schema}.document d ON d.id = c.document_id AND d.collection = c.collection AND d.shard_key = c.shard_key
 WHERE c.content_hash <> encode(sha256(convert_to(c.section || E'\n' || c.content, 'UTF8')), 'hex')
   AND (%(collection)s::text IS NULL OR d.collection = %(collection)s)
 GROUP BY d.path;
@@ -47,8 +47,8 @@ GROUP BY d.path;
 -- name: check_zero_vector
 -- a vector is all zeros (it has no direction: no search can find its chunk)
 SELECT d.path AS subject, count(*) || ' zero vectors' AS detail
-FROM {schema}.chunk_vector v JOIN {schema}.chunk c ON c.id = v.chunk_id AND c.collection = v.collection
-JOIN {schema}.document d ON d.id = c.document_id AND d.collection = c.collection
+FROM {schema}.chunk_vector v JOIN {schema}.chunk c ON c.id = v.chunk_id AND c.collection = v.collection AND c.shard_key = v.shard_key
+JOIN {schema}.document d ON d.id = c.document_id AND d.collection = c.collection AND d.shard_key = c.shard_key
 WHERE vector_norm(v.embedding) = 0 AND (%(collection)s::text IS NULL OR d.collection = %(collection)s) GROUP BY d.path;
 
 -- name: check_foreign_vector
@@ -58,8 +58,8 @@ WHERE vector_norm(v.embedding) = 0 AND (%(collection)s::text IS NULL OR d.collec
 -- a vector of a model that the collection neither uses nor re-embeds to
 WITH runs AS (SELECT r.collection, r.source_model, r.target_model FROM {schema}.reembed_run r)
 SELECT d.path AS subject, count(*) || ' vectors of ' || min(v.model) AS detail
-FROM {schema}.chunk_vector v JOIN {schema}.chunk c ON c.id = v.chunk_id AND c.collection = v.collection
-JOIN {schema}.document d ON d.id = c.document_id AND d.collection = c.collection
+FROM {schema}.chunk_vector v JOIN {schema}.chunk c ON c.id = v.chunk_id AND c.collection = v.collection AND c.shard_key = v.shard_key
+JOIN {schema}.document d ON d.id = c.document_id AND d.collection = c.collection AND d.shard_key = c.shard_key
 JOIN {schema}.collection col ON col.name = d.collection
 WHERE v.model IS DISTINCT FROM col.model AND (%(collection)s::text IS NULL OR d.collection = %(collection)s)
 AND NOT EXISTS (SELECT 1 FROM runs r WHERE r.collection = d.collection
@@ -101,7 +101,7 @@ WHERE k.name = coalesce(c.collection, t.collection) AND k.term_stat_pending);
 
 -- name: check_tsvector
 -- a chunk has no tsvector
-SELECT d.path AS subject, count(*) || ' chunks' AS detail FROM {schema}.chunk c JOIN {schema}.document d ON d.id = c.document_id AND d.collection = c.collection
+SELECT d.path AS subject, count(*) || ' chunks' AS detail FROM {schema}.chunk c JOIN {schema}.document d ON d.id = c.document_id AND d.collection = c.collection AND d.shard_key = c.shard_key
 WHERE c.tsv IS NULL AND (%(collection)s::text IS NULL OR d.collection = %(collection)s) GROUP BY d.path;
 
 -- name: repair_documents

@@ -18,13 +18,14 @@ SET model = EXCLUDED.model, dimension = EXCLUDED.dimension, updated_at = EXCLUDE
 
 -- name: document_upsert
 INSERT INTO {schema}.document AS d
-    (collection, path, title, content_hash, front_matter, parent_path, level, node_type,
-     embed, language, fingerprint, chunk_count, token_count, source_root, readers, indexed_at)
+    (collection, path, shard_key, title, content_hash, front_matter, parent_path, level,
+     node_type, embed, language, fingerprint, chunk_count, token_count, source_root, readers,
+     indexed_at)
 VALUES
-    (%(collection)s, %(path)s, %(title)s, %(content_hash)s, %(front_matter)s, %(parent_path)s,
+    (%(collection)s, %(path)s, %(shard_key)s, %(title)s, %(content_hash)s, %(front_matter)s, %(parent_path)s,
      %(level)s, %(node_type)s, %(embed)s, %(language)s, %(fingerprint)s, %(chunk_count)s,
      %(token_count)s, %(source_root)s, %(readers)s, now())
-ON CONFLICT (collection, path) DO UPDATE SET
+ON CONFLICT (collection, path, shard_key) DO UPDATE SET
     title = EXCLUDED.title, content_hash = EXCLUDED.content_hash,
     front_matter = EXCLUDED.front_matter, parent_path = EXCLUDED.parent_path,
     level = EXCLUDED.level, node_type = EXCLUDED.node_type, embed = EXCLUDED.embed,
@@ -42,44 +43,44 @@ SELECT nextval(pg_get_serial_sequence(%(table)s, 'id')) FROM generate_series(1, 
 
 -- name: chunk_copy
 COPY {schema}.chunk
-    (id, document_id, collection, position, section, anchor, content, token_count, content_hash,
-     ts_config, line_start, line_end, readers)
+    (id, document_id, collection, shard_key, position, section, anchor, content, token_count,
+     content_hash, ts_config, line_start, line_end, readers)
 FROM STDIN;
 
 -- name: chunk_insert
 INSERT INTO {schema}.chunk
-    (id, document_id, collection, position, section, anchor, content, token_count, content_hash,
-     ts_config, line_start, line_end, readers)
-VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s::regconfig, %s, %s, %s);
+    (id, document_id, collection, shard_key, position, section, anchor, content, token_count,
+     content_hash, ts_config, line_start, line_end, readers)
+VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s::regconfig, %s, %s, %s);
 
 -- name: vector_insert
-INSERT INTO {schema}.chunk_vector (chunk_id, collection, model, embedding, readers)
-VALUES (%s, %s, %s, %s, %s);
+INSERT INTO {schema}.chunk_vector (chunk_id, collection, shard_key, model, embedding, readers)
+VALUES (%s, %s, %s, %s, %s, %s);
 
 -- name: vector_copy
-COPY {schema}.chunk_vector (chunk_id, collection, model, embedding, readers)
+COPY {schema}.chunk_vector (chunk_id, collection, shard_key, model, embedding, readers)
 FROM STDIN (FORMAT BINARY);
 
 -- Under row-level security PostgreSQL refuses COPY into the table itself: the rows go to a
 -- temporary table of the same columns, then in by one INSERT that the policies check.
 -- name: chunk_stage_create
 CREATE TEMPORARY TABLE IF NOT EXISTS ragpg_chunk_stage ON COMMIT DROP AS
-SELECT id, document_id, collection, position, section, anchor, content, token_count, content_hash,
-       ts_config, line_start, line_end, readers
+SELECT id, document_id, collection, shard_key, position, section, anchor, content, token_count,
+       content_hash, ts_config, line_start, line_end, readers
 FROM {schema}.chunk WITH NO DATA;
 
 -- name: chunk_stage_copy
 COPY pg_temp.ragpg_chunk_stage
-    (id, document_id, collection, position, section, anchor, content, token_count, content_hash,
-     ts_config, line_start, line_end, readers)
+    (id, document_id, collection, shard_key, position, section, anchor, content, token_count,
+     content_hash, ts_config, line_start, line_end, readers)
 FROM STDIN;
 
 -- name: chunk_stage_insert
 INSERT INTO {schema}.chunk
-    (id, document_id, collection, position, section, anchor, content, token_count, content_hash,
-     ts_config, line_start, line_end, readers)
-SELECT id, document_id, collection, position, section, anchor, content, token_count, content_hash,
-       ts_config, line_start, line_end, readers
+    (id, document_id, collection, shard_key, position, section, anchor, content, token_count,
+     content_hash, ts_config, line_start, line_end, readers)
+SELECT id, document_id, collection, shard_key, position, section, anchor, content, token_count,
+       content_hash, ts_config, line_start, line_end, readers
 FROM pg_temp.ragpg_chunk_stage;
 
 -- name: row_security_active
@@ -90,15 +91,16 @@ DELETE FROM pg_temp.ragpg_chunk_stage;
 
 -- name: vector_stage_create
 CREATE TEMPORARY TABLE IF NOT EXISTS ragpg_vector_stage ON COMMIT DROP AS
-SELECT chunk_id, collection, model, embedding, readers FROM {schema}.chunk_vector WITH NO DATA;
+SELECT chunk_id, collection, shard_key, model, embedding, readers
+FROM {schema}.chunk_vector WITH NO DATA;
 
 -- name: vector_stage_copy
-COPY pg_temp.ragpg_vector_stage (chunk_id, collection, model, embedding, readers)
+COPY pg_temp.ragpg_vector_stage (chunk_id, collection, shard_key, model, embedding, readers)
 FROM STDIN (FORMAT BINARY);
 
 -- name: vector_stage_insert
-INSERT INTO {schema}.chunk_vector (chunk_id, collection, model, embedding, readers)
-SELECT chunk_id, collection, model, embedding, readers FROM pg_temp.ragpg_vector_stage;
+INSERT INTO {schema}.chunk_vector (chunk_id, collection, shard_key, model, embedding, readers)
+SELECT chunk_id, collection, shard_key, model, embedding, readers FROM pg_temp.ragpg_vector_stage;
 
 -- name: vector_stage_clear
 DELETE FROM pg_temp.ragpg_vector_stage;
@@ -296,3 +298,68 @@ SELECT id FROM {schema}.document WHERE collection = %(collection)s AND path = AN
 -- name: term_stats_by_trigger
 SELECT EXISTS (SELECT FROM pg_catalog.pg_trigger
                WHERE tgrelid = %(chunk)s::regclass AND tgname = 'term_stat_insert') AS kept;
+
+-- On a cluster distributed by document the statistics are the collection's, in shards apart
+-- from the chunks' (rag_pg.store.distribution): the writer reads the documents' counts (each
+-- chunk's configuration as its position in %(ts_configs)s, never a regconfig value between
+-- nodes) and writes them back by value (rag_pg.store.term_stats.SpreadStatistics). A
+-- collection pending its first count gives nothing (the count at the end of the load has it).
+-- name: term_stats_of_documents
+SELECT array_position(%(ts_configs)s::regconfig[], c.ts_config) AS cfg, u.lexeme,
+       count(*) AS df, max(cardinality(u.positions)) AS max_tf, min(c.token_count) AS min_dl
+FROM {schema}.chunk c CROSS JOIN LATERAL unnest(c.tsv) AS u
+WHERE c.collection = %(collection)s AND c.document_id = ANY(%(ids)s)
+  AND NOT (SELECT k.term_stat_pending FROM {schema}.collection k WHERE k.name = %(collection)s)
+GROUP BY 1, 2;
+
+-- name: chunk_stats_of_documents
+SELECT array_position(%(ts_configs)s::regconfig[], c.ts_config) AS cfg,
+       count(*) AS chunks, sum(c.token_count) AS tokens
+FROM {schema}.chunk c
+WHERE c.collection = %(collection)s AND c.document_id = ANY(%(ids)s)
+  AND NOT (SELECT k.term_stat_pending FROM {schema}.collection k WHERE k.name = %(collection)s)
+GROUP BY 1;
+
+-- name: term_stats_of_collection
+SELECT array_position(%(ts_configs)s::regconfig[], c.ts_config) AS cfg, u.lexeme,
+       count(*) AS df, max(cardinality(u.positions)) AS max_tf, min(c.token_count) AS min_dl
+FROM {schema}.chunk c CROSS JOIN LATERAL unnest(c.tsv) AS u
+WHERE c.collection = %(collection)s
+GROUP BY 1, 2;
+
+-- name: chunk_stats_of_collection
+SELECT array_position(%(ts_configs)s::regconfig[], c.ts_config) AS cfg,
+       count(*) AS chunks, sum(c.token_count) AS tokens
+FROM {schema}.chunk c WHERE c.collection = %(collection)s
+GROUP BY 1;
+
+-- name: term_stats_add_values
+INSERT INTO {schema}.term_stat AS t (collection, ts_config, lexeme, df, max_tf, min_dl)
+VALUES {rows}
+ON CONFLICT (collection, ts_config, lexeme) DO UPDATE
+SET df = t.df + EXCLUDED.df, max_tf = greatest(t.max_tf, EXCLUDED.max_tf),
+    min_dl = least(t.min_dl, EXCLUDED.min_dl);
+
+-- name: term_stats_drop_values
+-- The terms the documents held in every chunk that had them go; the others lose their count.
+DELETE FROM {schema}.term_stat t
+USING (VALUES {rows}) AS v (collection, ts_config, lexeme, df, max_tf, min_dl)
+WHERE t.collection = {collection} AND t.collection = v.collection
+  AND t.ts_config = v.ts_config AND t.lexeme = v.lexeme AND t.df <= v.df;
+
+-- name: term_stats_subtract_values
+UPDATE {schema}.term_stat t SET df = t.df - v.df
+FROM (VALUES {rows}) AS v (collection, ts_config, lexeme, df, max_tf, min_dl)
+WHERE t.collection = {collection} AND t.collection = v.collection
+  AND t.ts_config = v.ts_config AND t.lexeme = v.lexeme;
+
+-- name: chunk_stats_add_values
+INSERT INTO {schema}.chunk_stat AS t (collection, ts_config, chunks, tokens)
+VALUES {rows}
+ON CONFLICT (collection, ts_config) DO UPDATE
+SET chunks = t.chunks + EXCLUDED.chunks, tokens = t.tokens + EXCLUDED.tokens;
+
+-- name: chunk_stats_subtract_values
+UPDATE {schema}.chunk_stat t SET chunks = t.chunks - v.chunks, tokens = t.tokens - v.tokens
+FROM (VALUES {rows}) AS v (collection, ts_config, chunks, tokens)
+WHERE t.collection = {collection} AND t.collection = v.collection AND t.ts_config = v.ts_config;

@@ -5,10 +5,10 @@
 -- name: reembed_pending_count
 SELECT count(*)
 FROM {schema}.chunk c
-JOIN {schema}.document d ON d.id = c.document_id AND d.collection = c.collection
+JOIN {schema}.document d ON d.id = c.document_id AND d.collection = c.collection AND d.shard_key = c.shard_key
 WHERE c.collection = %(collection)s AND d.embed
   AND NOT EXISTS (SELECT 1 FROM {schema}.chunk_vector cv
-                  WHERE cv.chunk_id = c.id AND cv.collection = c.collection
+                  WHERE cv.chunk_id = c.id AND cv.collection = c.collection AND cv.shard_key = c.shard_key
                     AND cv.model = %(model)s);
 
 -- name: reembed_pending_chunks
@@ -16,10 +16,10 @@ WHERE c.collection = %(collection)s AND d.embed
 SELECT c.id, d.path, d.title, c.section, c.anchor, c.position, c.content, c.token_count,
        c.content_hash
 FROM {schema}.chunk c
-JOIN {schema}.document d ON d.id = c.document_id AND d.collection = c.collection
+JOIN {schema}.document d ON d.id = c.document_id AND d.collection = c.collection AND d.shard_key = c.shard_key
 WHERE c.collection = %(collection)s AND d.embed AND c.id > %(after)s
   AND NOT EXISTS (SELECT 1 FROM {schema}.chunk_vector cv
-                  WHERE cv.chunk_id = c.id AND cv.collection = c.collection
+                  WHERE cv.chunk_id = c.id AND cv.collection = c.collection AND cv.shard_key = c.shard_key
                     AND cv.model = %(model)s)
 ORDER BY c.id
 LIMIT %(limit)s;
@@ -33,10 +33,10 @@ COPY pg_temp.ragpg_reembed_stage (chunk_id, embedding) FROM STDIN (FORMAT BINARY
 
 -- name: reembed_stage_insert
 -- Chunks deleted meanwhile are skipped (the join), vectors already there are kept.
-INSERT INTO {schema}.chunk_vector (chunk_id, collection, model, embedding, readers)
-SELECT s.chunk_id, c.collection, %(model)s, s.embedding, c.readers
+INSERT INTO {schema}.chunk_vector (chunk_id, collection, shard_key, model, embedding, readers)
+SELECT s.chunk_id, c.collection, c.shard_key, %(model)s, s.embedding, c.readers
 FROM pg_temp.ragpg_reembed_stage s JOIN {schema}.chunk c ON c.id = s.chunk_id
-ON CONFLICT (chunk_id, model, collection) DO NOTHING;
+ON CONFLICT (chunk_id, model, collection, shard_key) DO NOTHING;
 
 -- name: reembed_lock_collection
 SELECT model, dimension FROM {schema}.collection WHERE name = %(collection)s FOR UPDATE;

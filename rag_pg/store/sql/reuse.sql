@@ -14,10 +14,10 @@ JOIN {schema}.chunk c
   ON c.collection = %(collection)s AND c.content_hash = k.content_hash AND c.section = k.section
  AND c.id > %(after)s
 JOIN {schema}.document d
-  ON d.id = c.document_id AND d.collection = c.collection AND d.title = k.title
+  ON d.id = c.document_id AND d.collection = c.collection AND d.shard_key = c.shard_key AND d.title = k.title
  AND d.fingerprint <> 'needs-repair'
 JOIN {schema}.chunk_vector v
-  ON v.chunk_id = c.id AND v.collection = c.collection AND v.model = %(model)s
+  ON v.chunk_id = c.id AND v.collection = c.collection AND v.shard_key = c.shard_key AND v.model = %(model)s
 ORDER BY k.i, c.id;
 
 -- name: reuse_chunk_watermark

@@ -58,8 +58,8 @@ vec_ann AS MATERIALIZED (
     SELECT cv.chunk_id, c.document_id,
            (cv.embedding::{vkind}({dim})) <=> %(qvec)s::{vkind}({dim}) AS distance
     FROM {schema}.chunk_vector cv
-    JOIN {schema}.chunk c ON c.id = cv.chunk_id AND c.collection = cv.collection
-    JOIN {schema}.document d ON d.id = c.document_id AND d.collection = c.collection
+    JOIN {schema}.chunk c ON c.id = cv.chunk_id AND c.collection = cv.collection AND c.shard_key = cv.shard_key
+    JOIN {schema}.document d ON d.id = c.document_id AND d.collection = c.collection AND d.shard_key = c.shard_key
     WHERE cv.collection = %(collection)s AND cv.model = {model} AND {doc_filter}
       AND NOT (SELECT exact FROM vec_scope)
     ORDER BY (cv.embedding::{vkind}({dim})) <=> %(qvec)s::{vkind}({dim})
@@ -87,9 +87,9 @@ vec_exact AS MATERIALIZED (
     FROM (SELECT cv.chunk_id, c.document_id,
                  (cv.embedding::{vkind}({dim})) <=> %(qvec)s::{vkind}({dim}) AS distance
           FROM {schema}.document d
-          JOIN {schema}.chunk c ON c.document_id = d.id AND c.collection = d.collection
+          JOIN {schema}.chunk c ON c.document_id = d.id AND c.collection = d.collection AND c.shard_key = d.shard_key
           JOIN {schema}.chunk_vector cv
-            ON cv.chunk_id = c.id AND cv.collection = c.collection AND cv.model = {model}
+            ON cv.chunk_id = c.id AND cv.collection = c.collection AND cv.shard_key = c.shard_key AND cv.model = {model}
           WHERE {doc_filter} AND (SELECT exact FROM vec_scope)
           OFFSET 0) e
     {exact_top}
@@ -335,6 +335,7 @@ kw_small_match AS MATERIALIZED (
     CROSS JOIN LATERAL (SELECT w.id, w.document_id, w.ts_config, w.token_count, w.tsv
                         FROM {schema}.chunk w
                         WHERE w.document_id = d.id AND w.collection = %(collection)s
+                          AND w.shard_key = d.shard_key
                         OFFSET 0) c
     CROSS JOIN LATERAL unnest(ts_filter(setweight(c.tsv, 'A', (SELECT lexemes FROM kw_query)),
                                         ARRAY['a']::"char"[])) AS u
@@ -470,7 +471,7 @@ c.id = ANY ({schema}.readable_matches(%(collection)s, {query}))
 
 -- name: search_keyword_keep_join
 -- kw_match's join to document, for the filters (a whole-collection search keeps every chunk).
-JOIN {schema}.document d ON d.id = c.document_id AND d.collection = c.collection
+JOIN {schema}.document d ON d.id = c.document_id AND d.collection = c.collection AND d.shard_key = c.shard_key
 
 -- The row counts (LIMITs, caps, exact_limit) are literals in the search statements, not
 -- parameters: a prepared statement then gets a generic plan that knows them (with LIMIT $n
@@ -486,10 +487,11 @@ SELECT c.id AS chunk_id, cand.vector_rank, cand.distance, cand.keyword_rank, can
        {window} AS window_chunks, {expanded} AS expanded, {phrases}
 FROM ({candidates_of}) cand
 {candidate_rows}
+{expand_join}
 
 -- name: search_candidate_rows
 JOIN {schema}.chunk c ON c.id = cand.chunk_id AND c.collection = %(collection)s
-JOIN {schema}.document d ON d.id = c.document_id AND d.collection = c.collection
+JOIN {schema}.document d ON d.id = c.document_id AND d.collection = c.collection AND d.shard_key = c.shard_key
 
 -- name: search_candidate_rows_held
 -- Read as principals, the policies' conditions on chunk and document (an array overlap the
@@ -498,7 +500,8 @@ JOIN {schema}.document d ON d.id = c.document_id AND d.collection = c.collection
 CROSS JOIN LATERAL (SELECT * FROM {schema}.chunk x
                     WHERE x.id = cand.chunk_id AND x.collection = %(collection)s OFFSET 0) c
 CROSS JOIN LATERAL (SELECT * FROM {schema}.document y
-                    WHERE y.id = c.document_id AND y.collection = %(collection)s OFFSET 0) d
+                    WHERE y.id = c.document_id AND y.collection = %(collection)s
+                      AND y.shard_key = c.shard_key OFFSET 0) d
 
 -- name: search_phrases
 -- Hybrid: the question's word pairs as phrases, in each text search configuration: two
@@ -547,43 +550,75 @@ FROM kw_ranked k
                                      'anchor', w.anchor, 'content', w.content) ORDER BY w.position)
  FROM {schema}.chunk w
  WHERE w.document_id = c.document_id AND w.collection = %(collection)s
+   AND w.shard_key = c.shard_key
    AND w.position BETWEEN c.position - %(neighbours)s AND c.position + %(neighbours)s)
 
+-- name: search_expand_documents
+-- The candidates' documents, for their related nodes. The related nodes are read in their own
+-- steps, not by a subquery of each row: on a cluster distributed by document a node and its
+-- parent or children lie in other shards, which Citus reads only in a step of their own.
+expand_documents AS MATERIALIZED (
+    SELECT DISTINCT d.path, d.parent_path
+    FROM ({candidates_of}) cand
+    JOIN {schema}.chunk c ON c.id = cand.chunk_id AND c.collection = %(collection)s
+    JOIN {schema}.document d
+      ON d.id = c.document_id AND d.collection = c.collection AND d.shard_key = c.shard_key
+)
+
 -- name: search_expand_parent
--- The parent node (document.parent_path, a path in the same collection), all its chunks in
--- order; computed once per document (first candidate row of each document). Each subquery
--- names the collection itself: Citus plans a subquery of the target list on its own, and
--- routes it to the collection's worker only from its own filter.
-CASE WHEN row_number() OVER (PARTITION BY d.id ORDER BY c.id) = 1 THEN (
-    SELECT jsonb_build_object(
+-- The parent node (document.parent_path, a path in the same collection: `./a/b.md`,
+-- `/a/b.md` and `a/b.md` name the same file), all its chunks in order; keyed by that path.
+expand_nodes AS MATERIALIZED (
+    SELECT p.path AS node_key, jsonb_build_object(
         'path', p.path, 'title', p.title,
         'chunks', coalesce((
             SELECT jsonb_agg(jsonb_build_object('position', pc.position, 'section', pc.section,
                                                 'anchor', pc.anchor, 'content', pc.content)
                              ORDER BY pc.position)
             FROM {schema}.chunk pc
-            WHERE pc.document_id = p.id AND pc.collection = %(collection)s), '[]'::jsonb))
+            WHERE pc.document_id = p.id AND pc.collection = %(collection)s
+              AND pc.shard_key = p.shard_key), '[]'::jsonb)) AS node
     FROM {schema}.document p
     WHERE p.collection = %(collection)s
-      AND p.path = ltrim(regexp_replace(d.parent_path, '^(\./)+', ''), '/')
-) END
+      AND p.path IN (SELECT ltrim(regexp_replace(e.parent_path, '^(\./)+', ''), '/')
+                     FROM expand_documents e)
+)
+
+-- name: search_expand_parent_key
+ltrim(regexp_replace(d.parent_path, '^(\./)+', ''), '/')
 
 -- name: search_expand_children
--- The child nodes (documents whose parent_path is this document), in path order.
-CASE WHEN row_number() OVER (PARTITION BY d.id ORDER BY c.id) = 1 THEN (
-    SELECT jsonb_agg(jsonb_build_object(
+-- The child nodes (documents whose parent_path is a candidate's document, as itself, ./ or /
+-- before it), in path order, keyed by that document's path.
+expand_nodes AS MATERIALIZED (
+    SELECT k.node_key, jsonb_agg(jsonb_build_object(
         'path', ch.path, 'title', ch.title,
         'chunks', coalesce((
             SELECT jsonb_agg(jsonb_build_object('position', cc.position, 'section', cc.section,
                                                 'anchor', cc.anchor, 'content', cc.content)
                              ORDER BY cc.position)
             FROM {schema}.chunk cc
-            WHERE cc.document_id = ch.id AND cc.collection = %(collection)s), '[]'::jsonb))
-        ORDER BY ch.path)
+            WHERE cc.document_id = ch.id AND cc.collection = %(collection)s
+              AND cc.shard_key = ch.shard_key), '[]'::jsonb))
+        ORDER BY ch.path) AS node
     FROM {schema}.document ch
+    CROSS JOIN LATERAL (SELECT CASE WHEN ch.parent_path LIKE './%%' THEN substr(ch.parent_path, 3)
+                                    WHEN ch.parent_path LIKE '/%%' THEN substr(ch.parent_path, 2)
+                                    ELSE ch.parent_path END AS node_key) k
     WHERE ch.collection = %(collection)s
-      AND ch.parent_path IN (d.path, './' || d.path, '/' || d.path)
-) END
+      AND k.node_key IN (SELECT e.path FROM expand_documents e)
+    GROUP BY k.node_key
+)
+
+-- name: search_expand_children_key
+d.path
+
+-- name: search_expanded
+-- A hit's related node: on its document's first candidate row only (computed once per document).
+CASE WHEN row_number() OVER (PARTITION BY d.id, d.shard_key ORDER BY c.id) = 1 THEN x.node END
+
+-- name: search_expand_join
+LEFT JOIN expand_nodes x ON x.node_key = {key}
 
 -- name: search_chunk_collection
 c.collection IS NOT DISTINCT FROM %(collection)s

@@ -60,13 +60,21 @@ WHERE id = %(id)s;
 -- name: parents_missing
 -- The parent's path as the parent expansion of a search reads it (search_expand_parent):
 -- `./a/b.md`, `/a/b.md` and `a/b.md` name the same file of the root.
-SELECT d.path, d.parent_path FROM {schema}.document d
-WHERE d.collection = %(collection)s AND d.parent_path IS NOT NULL
-  AND (%(source_root)s::text IS NULL OR d.source_root = %(source_root)s)
-  AND NOT EXISTS (SELECT 1 FROM {schema}.document p
-                  WHERE p.collection = d.collection
-                    AND p.path = ltrim(regexp_replace(d.parent_path, '^(\./)+', ''), '/'))
-ORDER BY d.path;
+-- Two reads of the documents, not one correlated: on a cluster distributed by document a
+-- parent and its child lie in different shards.
+WITH children AS MATERIALIZED (
+    SELECT d.path, d.parent_path, ltrim(regexp_replace(d.parent_path, '^(\./)+', ''), '/') AS parent
+    FROM {schema}.document d
+    WHERE d.collection = %(collection)s AND d.parent_path IS NOT NULL
+      AND (%(source_root)s::text IS NULL OR d.source_root = %(source_root)s)
+),
+found AS MATERIALIZED (
+    SELECT p.path FROM {schema}.document p
+    WHERE p.collection = %(collection)s AND p.path IN (SELECT parent FROM children)
+)
+SELECT c.path, c.parent_path FROM children c
+WHERE NOT EXISTS (SELECT 1 FROM found f WHERE f.path = c.parent)
+ORDER BY c.path;
 
 -- name: vector_index_create
 CREATE INDEX IF NOT EXISTS {index} ON {schema}.chunk_vector USING hnsw

@@ -31,7 +31,7 @@ FROM {schema}.document WHERE collection = %(collection)s ORDER BY path;
 -- name: export_chunks
 SELECT c.position, c.section, c.anchor, c.content, c.token_count, v.embedding::real[] AS embedding
 FROM {schema}.chunk c LEFT JOIN {schema}.chunk_vector v
-  ON v.chunk_id = c.id AND v.collection = c.collection AND v.model = %(model)s
+  ON v.chunk_id = c.id AND v.collection = c.collection AND v.shard_key = c.shard_key AND v.model = %(model)s
 WHERE c.document_id = %(document_id)s ORDER BY c.position;
 
 -- name: check_sample
@@ -39,9 +39,9 @@ WHERE c.document_id = %(document_id)s ORDER BY c.position;
 SELECT d.path, d.title, c.position, c.section, c.anchor, c.content, c.token_count,
        c.content_hash, col.model, col.dimension, v.embedding::real[] AS embedding
 FROM {schema}.chunk c
-JOIN {schema}.document d ON d.id = c.document_id AND d.collection = c.collection
+JOIN {schema}.document d ON d.id = c.document_id AND d.collection = c.collection AND d.shard_key = c.shard_key
 JOIN {schema}.collection col ON col.name = c.collection
 JOIN {schema}.chunk_vector v
-  ON v.chunk_id = c.id AND v.collection = c.collection AND v.model = col.model
+  ON v.chunk_id = c.id AND v.collection = c.collection AND v.shard_key = c.shard_key AND v.model = col.model
 ORDER BY random()
 LIMIT %(n)s;
