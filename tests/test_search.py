@@ -349,6 +349,40 @@ def test_a_search_is_retried_once_when_its_connection_is_lost_and_not_more(rag, 
     assert [h.chunk_id for h in rag.search("marmotte", 3)] == expected  # the pool is still whole
 
 
+def test_a_search_the_server_aborted_for_a_deadlock_runs_again_a_few_times(rag, monkeypatch):
+    """A deadlock (on a cluster, with a shard move) or a serialization failure passes with
+    time: the search runs again, after a pause that doubles, up to four runs in all."""
+    from rag_pg.search.run import SEARCH_ATTEMPTS
+
+    real = rag.searcher.send_collection
+    calls: list[int] = []
+    pauses: list[float] = []
+
+    def aborted(times: int, error: Exception) -> Any:
+        def read(conn: Any, *args: Any, **options: Any) -> Any:
+            calls.append(1)
+            if len(calls) <= times:
+                raise error
+            return real(conn, *args, **options)
+        return read
+
+    expected = [h.chunk_id for h in rag.search("marmotte", 3)]
+    rag._search_runner.pause = pauses.append
+    for error in (psycopg.errors.DeadlockDetected("deadlock"),
+                  psycopg.errors.SerializationFailure("serialization")):
+        calls.clear()
+        pauses.clear()
+        monkeypatch.setattr(rag.searcher, "send_collection", aborted(2, error))
+        assert [h.chunk_id for h in rag.search("marmotte", 3)] == expected
+        assert len(calls) == 3 and len(pauses) == 2 and pauses[1] == 2 * pauses[0]
+    calls.clear()
+    monkeypatch.setattr(rag.searcher, "send_collection",
+                        aborted(SEARCH_ATTEMPTS, psycopg.errors.DeadlockDetected("deadlock")))
+    with pytest.raises(DatabaseRefused, match="deadlock") as refused:
+        rag.search("marmotte", 3)
+    assert refused.value.sqlstate == "40P01" and len(calls) == SEARCH_ATTEMPTS
+
+
 def test_searches_on_a_callers_connections_leave_their_transactions_to_them(rag, db_url):
     """On a caller's connection in a transaction (Django's atomic(), a Flask request), a search
     runs inside it, as a savepoint, and leaves it open; on an autocommit one, or through a

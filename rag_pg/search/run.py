@@ -4,6 +4,7 @@ on, and plan once more when the collection was not as expected."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from contextlib import nullcontext
 from dataclasses import dataclass, replace
@@ -16,6 +17,7 @@ from rag_pg.embed.base import EmbeddingProvider
 from rag_pg.errors import (
     ConfigError,
     ConnectionLost,
+    DatabaseRefused,
     ExtensionUnavailable,
     NoVectors,
     SchemaMissing,
@@ -37,7 +39,7 @@ from rag_pg.search.query_vectors import QueryVectors
 from rag_pg.search.question import keyword_text
 from rag_pg.search.rerank import Reranker
 from rag_pg.search.statement import Searcher
-from rag_pg.store import distribution, keyword_engine, permissions, records, tenancy
+from rag_pg.store import distribution, keyword_engine, permissions, records, retry, tenancy
 from rag_pg.store.boundary import database_errors
 from rag_pg.store.db import ConnectionSource, prepare, read_snapshot
 from rag_pg.store.keyword_engine import ENGINE
@@ -48,6 +50,10 @@ from rag_pg.store.vector_index import vector_kind
 MIN_ENGINE_SHARE = 0.1
 # What a plan reads of the collection for the engine, remembered between searches.
 ENGINE_FIELDS = ("engine_schema", "engine_ready", "chunks", "engine_share")
+# Runs of a search the server aborted for a reason that passes with time: a deadlock or a
+# serialization failure (a lock wait past lock_timeout is not run again: it would wait as long).
+SEARCH_ATTEMPTS = 4
+ABORTED = (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,8 +73,10 @@ class SearchRunner:
     """Searches of one index: its settings, the connections reads borrow, its statements."""
 
     def __init__(self, settings: Settings, reads: ConnectionSource,
-                 provider: Callable[[], EmbeddingProvider]):
+                 provider: Callable[[], EmbeddingProvider],
+                 pause: Callable[[float], None] = time.sleep):
         self.settings = settings
+        self.pause = pause  # between the runs of an aborted search
         self.reads = reads
         self.provider = provider  # built on first use: a keyword search needs none
         self.searcher = Searcher(settings.database.schema)
@@ -96,16 +104,26 @@ class SearchRunner:
         expected = (vectors.expect(required=chosen == "vector") if chosen != "keyword"
                     else CollectionInfo.expected(None, None))
         schema = self.settings.database.schema
-        try:
-            with database_errors(schema=schema):
-                return self._search(vectors, expected, k, chosen, collection, use_rerank, options)
-        except ConnectionLost:
-            if not self.reads.owns_connections:
-                raise
-        # The server went away under the connection (a restart, a failover): the pool
-        # replaces it, and a search, which writes nothing, is safe to run again once.
-        with database_errors(schema=schema):
-            return self._search(vectors, expected, k, chosen, collection, use_rerank, options)
+        # A search writes nothing, so it is safe to run again: once when the server went away
+        # under the connection (a restart, a failover: the pool replaces it), and a few times
+        # when the server aborted it for a reason that passes with time (a deadlock with a
+        # shard move on a cluster, a serialization failure), as the writers replay theirs.
+        lost, aborted = False, 0
+        while True:
+            try:
+                with database_errors(schema=schema):
+                    return self._search(vectors, expected, k, chosen, collection, use_rerank,
+                                        options)
+            except ConnectionLost:
+                if lost or not self.reads.owns_connections:
+                    raise
+                lost = True
+            except DatabaseRefused as exc:
+                aborted += 1
+                if (not isinstance(exc.__cause__, ABORTED) or aborted == SEARCH_ATTEMPTS
+                        or not self.reads.owns_connections):  # a caller's transaction is its own
+                    raise
+                self.pause(retry.TransientRetry().delay * 2 ** aborted)
 
 
     def _search(

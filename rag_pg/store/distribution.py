@@ -145,4 +145,5 @@ def distribute(conn: psycopg.Connection[Any], schema: str, distribution: str | N
         conn.execute(q("cluster_settings"))
         conn.execute(q("tenant_function_nested"))
         conn.execute(q("keyword_search_invoker"))
+
     return citus_tables(conn, schema)

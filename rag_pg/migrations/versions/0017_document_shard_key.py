@@ -117,6 +117,19 @@ ALTER TABLE {s}.document DROP COLUMN shard_key;
 # keyword_search() as 0008 left it, with the shard key in its join and each chunk's
 # configuration carried as its position (see the module).
 KEYWORD_SEARCH_CHANGES = (
+    # the question's two forms read from joined aggregates, not from scalar subqueries of a
+    # row without a FROM (which Citus, planning the steps apart, evaluates to NULL)
+    ("""    SELECT (SELECT string_agg(t.word, ' ' ORDER BY t.n)
+            FROM tokens t JOIN distinct_words w ON w.lw = lower(t.word)) AS kw_text,
+           (SELECT string_agg('"' || w.word || '"', ' or ' ORDER BY w.n)
+            FROM distinct_words w) AS kwq
+    WHERE coalesce(keyword_search.k, 0) > 0""",
+     """    SELECT a.kw_text, b.kwq
+    FROM (SELECT string_agg(t.word, ' ' ORDER BY t.n) AS kw_text
+          FROM tokens t JOIN distinct_words w ON w.lw = lower(t.word)) a
+    CROSS JOIN (SELECT string_agg('"' || w.word || '"', ' or ' ORDER BY w.n) AS kwq
+                FROM distinct_words w) b
+    WHERE coalesce(keyword_search.k, 0) > 0"""),
     ("""    SELECT t.cfg, t.language, u.lexeme, cardinality(u.positions) AS qtf
     FROM q
     CROSS JOIN unnest(ARRAY[{fr}, {en}, {si}]::regconfig[], ARRAY['french', 'english', 'simple'])

@@ -60,3 +60,4 @@ ALTER FUNCTION {schema}.tenant_collections() SET citus.allow_nested_distributed_
 -- tables it reads there (rag_pg/store/roles.py; row-level security still holds a tenant's
 -- reader to its rows).
 ALTER FUNCTION {schema}.keyword_search(text, integer, text) SECURITY INVOKER;
+
