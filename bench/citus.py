@@ -2,13 +2,16 @@
 """One node against a Citus cluster (a coordinator and two workers on loopback), same tree.
 
     citus.py [--documents 400] [--queries 40] [--vocabulary 20000] [--results bench/results]
+             [--distribution collection|document] [--output citus.md]
     citus.py --documents 20000       # ~100,000 chunks: ~5 min of ingest per side on 2 cores
 
 Needs Citus built into the embedded PostgreSQL (``make citus``). Starts the cluster and one
 plain server from the same binaries, ingests the same generated tree (``tests/test_citus.py``'s
 French and English pages, the fake bag-of-words embedder) into each through ``ragpg``, then
 times each search mode (p50/p95 over ``--queries`` questions, after one warm-up round) and
-checks every answer is the same on both. On one 2-core machine the cluster cannot gain: it
+checks every answer is the same on both. ``--distribution`` is the cluster's layout: each
+collection on one worker (``collection``) or the collection's documents over every worker
+(``document``). On one 2-core machine the cluster cannot gain: it
 adds the coordinator's hop and planning; this measures that overhead.
 
 Writes ``<results>/citus.md``.
@@ -52,6 +55,8 @@ def main() -> int:
     parser.add_argument("--vocabulary", type=int, default=20000,
                         help="made-up words beside the real ones (Zipf-drawn)")
     parser.add_argument("--results", type=Path, default=ROOT / "bench" / "results")
+    parser.add_argument("--distribution", choices=("collection", "document"), default="collection")
+    parser.add_argument("--output", default="citus.md", help="the results file's name")
     args = parser.parse_args()
     if not citus_built():
         print("Citus is not built into the embedded PostgreSQL: run `make citus` first")
@@ -64,7 +69,8 @@ def main() -> int:
             FakeEmbeddingServer(dim=64) as embedder:
         options = {"retrieval.exact_limit": 5000, "chunk.size": 80}
         with RagPG(one_url, settings(embedder, **options)) as one, \
-                RagPG(cluster.url, settings(embedder, "bench", **options)) as many:
+                RagPG(cluster.url, settings(embedder, "bench", **options,
+                                            **{"database.distribution": args.distribution})) as many:
             loads = {}
             for name, rag in (("one node", one), ("cluster", many)):
                 rag.init()
@@ -85,7 +91,8 @@ def main() -> int:
                     differ[mode] = differ.get(mode, 0) + ([x[:2] for x in a] != [x[:2] for x in b])
                 p = {n: (statistics.median(t), sorted(t)[int(0.95 * (len(t) - 1))]) for n, t in times.items()}
                 rows.append((mode, p["one node"], p["cluster"]))
-    lines = [f"# One node and a 2-worker Citus cluster (by collection), {loads['one node'][1]} chunks",
+    lines = [f"# One node and a 2-worker Citus cluster (by {args.distribution}),"
+             f" {loads['one node'][1]} chunks",
              "", f"Ingest: one node {loads['one node'][0]:.1f} s, cluster {loads['cluster'][0]:.1f} s"
              f" ({loads['cluster'][1]} chunks); {len(asked)} questions per mode, k = 10;"
              " answers differing (the vector leg over HNSW is approximate: two builds of the index,"
@@ -96,7 +103,7 @@ def main() -> int:
         lines.append(f"| {mode} | {a[0]:.1f} / {a[1]:.1f} | {b[0]:.1f} / {b[1]:.1f} | {b[0] / a[0]:.2f} |")
     text = "\n".join(lines) + "\n"
     args.results.mkdir(parents=True, exist_ok=True)
-    (args.results / "citus.md").write_text(text, encoding="utf-8")
+    (args.results / args.output).write_text(text, encoding="utf-8")
     print(text)
     return 0 if differ["keyword"] == 0 else 1
 
