@@ -69,18 +69,19 @@ def grow(conn: Any, chunks: int) -> None:
     with conn.transaction():
         conn.execute("INSERT INTO ragpg.collection (name) VALUES (%s)", (GROWN,))
         conn.execute(
-            "INSERT INTO ragpg.document (collection, path, title, content_hash, front_matter,"
-            " parent_path, level, node_type, embed, language, fingerprint, chunk_count,"
-            " token_count, source_root)"
-            " SELECT %(g)s, 'c' || r || '/' || d.collection || '/' || d.path, d.title,"
+            "INSERT INTO ragpg.document (collection, path, shard_key, title, content_hash,"
+            " front_matter, parent_path, level, node_type, embed, language, fingerprint,"
+            " chunk_count, token_count, source_root)"
+            " SELECT %(g)s, p.path, ('x' || left(md5(p.path), 8))::bit(32)::integer, d.title,"
             " d.content_hash, d.front_matter, NULL, d.level, d.node_type, false, d.language,"
             " d.fingerprint, d.chunk_count, 0, d.source_root"
             " FROM ragpg.document d CROSS JOIN generate_series(1, %(n)s) r"
+            " CROSS JOIN LATERAL (SELECT 'c' || r || '/' || d.collection || '/' || d.path) AS p(path)"
             " WHERE d.collection = ANY(%(sets)s)", {"g": GROWN, "n": copies, "sets": list(SETS)})
         conn.execute(
-            "INSERT INTO ragpg.chunk (collection, document_id, position, section, anchor, content,"
-            " token_count, content_hash, ts_config, line_start, line_end)"
-            " SELECT %(g)s, nd.id, c.position, c.section, c.anchor, v.content,"
+            "INSERT INTO ragpg.chunk (collection, document_id, shard_key, position, section, anchor,"
+            " content, token_count, content_hash, ts_config, line_start, line_end)"
+            " SELECT %(g)s, nd.id, nd.shard_key, c.position, c.section, c.anchor, v.content,"
             " greatest(1, round(c.token_count * v.kept)), md5(v.content), c.ts_config,"
             " c.line_start, c.line_end"
             " FROM ragpg.chunk c JOIN ragpg.document d ON d.id = c.document_id"

@@ -60,6 +60,8 @@ sys.path.insert(0, str(HERE))
 import scale_keyword  # noqa: E402  (bench/ is not a package)
 from scale_keyword import vocabulary  # noqa: E402
 
+from rag_pg.store.documents import shard_key  # noqa: E402
+
 MODEL = "scale-lowrank"
 COLLECTION = "scale"
 COPY_HEADER = b"PGCOPY\n\xff\r\n\x00" + (0).to_bytes(4, "big") + (0).to_bytes(4, "big")
@@ -84,15 +86,17 @@ def lowrank(rng: np.random.Generator, n: int, dim: int, rank: int = 32, seed: in
     return x
 
 
-def vector_rows(ids: np.ndarray, x: np.ndarray, model: str, collection: str) -> bytes:
-    """Binary COPY rows (chunk_id int8, collection text, model text, embedding vector)."""
+def vector_rows(ids: np.ndarray, keys: np.ndarray, x: np.ndarray, model: str, collection: str) -> bytes:
+    """Binary COPY rows (chunk_id int8, collection text, shard_key int4, model text,
+    embedding vector)."""
     mb, cb = model.encode(), collection.encode()
     dim = x.shape[1]
     dt = np.dtype([("nf", ">i2"), ("l1", ">i4"), ("id", ">i8"), ("lc", ">i4"), ("coll", f"S{len(cb)}"),
-                   ("l2", ">i4"), ("model", f"S{len(mb)}"),
+                   ("lk", ">i4"), ("key", ">i4"), ("l2", ">i4"), ("model", f"S{len(mb)}"),
                    ("l3", ">i4"), ("dim", ">i2"), ("unused", ">i2"), ("v", ">f4", (dim,))])
     rows = np.empty(len(ids), dtype=dt)
-    rows["nf"], rows["l1"], rows["id"], rows["lc"], rows["coll"] = 4, 8, ids, len(cb), cb
+    rows["nf"], rows["l1"], rows["id"], rows["lc"], rows["coll"] = 5, 8, ids, len(cb), cb
+    rows["lk"], rows["key"] = 4, keys
     rows["l2"], rows["model"] = len(mb), mb
     rows["l3"], rows["dim"], rows["unused"], rows["v"] = 4 + 4 * dim, dim, 0, x
     return rows.tobytes()
@@ -109,16 +113,17 @@ def load(conn: Any, a: argparse.Namespace, schema: str) -> tuple[np.ndarray, np.
     with conn.transaction(), conn.cursor() as cur:
         cur.execute(Q("INSERT INTO {s}.collection (name, model, dimension) VALUES (%s, %s, %s)", schema),
                     (COLLECTION, MODEL, a.dim))
-        with cur.copy(Q("COPY {s}.document (collection, path, title, content_hash, fingerprint,"
-                        " language, chunk_count, token_count) FROM STDIN", schema)) as cp:
+        with cur.copy(Q("COPY {s}.document (collection, path, shard_key, title, content_hash,"
+                        " fingerprint, language, chunk_count, token_count) FROM STDIN", schema)) as cp:
             for d in range(docs):
                 count = min(per_doc, n - d * per_doc)
-                cp.write_row((COLLECTION, f"p{d % 100:02d}/d{d:07d}.md", f"Document {d}", f"{d:064x}",
+                path = f"p{d % 100:02d}/d{d:07d}.md"
+                cp.write_row((COLLECTION, path, shard_key(path), f"Document {d}", f"{d:064x}",
                               f"chunk=300/45;model={MODEL};v1", "simple", count,
                               count * tokens))
-        doc_ids = np.array([r[0] for r in cur.execute(
-            Q("SELECT id FROM {s}.document WHERE collection = %s ORDER BY substr(path, 6, 7)::int",
-              schema), (COLLECTION,))], dtype=np.int64)
+        doc_ids = np.array([(r[0], r[1]) for r in cur.execute(
+            Q("SELECT id, shard_key FROM {s}.document WHERE collection = %s"
+              " ORDER BY substr(path, 6, 7)::int", schema), (COLLECTION,))], dtype=np.int64)
     timings["documents_s"] = round(time.perf_counter() - t0, 2)
 
     doc_of = np.arange(n) // per_doc
@@ -133,14 +138,16 @@ def load(conn: Any, a: argparse.Namespace, schema: str) -> tuple[np.ndarray, np.
     x = np.empty((n, a.dim), dtype=np.float32)
     gen = 0.0
     with conn.transaction(), conn.cursor() as cur:
-        with cur.copy(Q("COPY {s}.chunk_vector (chunk_id, collection, model, embedding) FROM STDIN (FORMAT BINARY)",
-                        schema)) as cp:
+        with cur.copy(Q("COPY {s}.chunk_vector (chunk_id, collection, shard_key, model, embedding)"
+                        " FROM STDIN (FORMAT BINARY)", schema)) as cp:
             cp.write(COPY_HEADER)
             for lo in range(0, n, step):
                 g0 = time.perf_counter()
                 hi = min(n, lo + step)
                 x[lo:hi] = lowrank(rng, hi - lo, a.dim)
-                data = vector_rows(np.arange(lo + 1, hi + 1, dtype=np.int64), x[lo:hi], MODEL, COLLECTION)
+                keys = doc_ids[np.arange(lo, hi) // per_doc, 1].astype(np.int32)
+                data = vector_rows(np.arange(lo + 1, hi + 1, dtype=np.int64), keys, x[lo:hi], MODEL,
+                                   COLLECTION)
                 gen += time.perf_counter() - g0
                 cp.write(data)
             cp.write(COPY_TRAILER)

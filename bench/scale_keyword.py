@@ -52,7 +52,8 @@ def query_text(rng: np.random.Generator, words: list[str], shape: str) -> str:
 
 
 def chunk_batches(a: Any, doc_ids: np.ndarray, config: str) -> Any:
-    """(first row, COPY text) of each batch of ``a.ingest_batch`` chunks, reproducibly."""
+    """(first row, COPY text) of each batch of ``a.ingest_batch`` chunks, reproducibly
+    (``doc_ids``: each document's id and shard key, in document order)."""
     words, probs = vocabulary()
     n, per_doc, per_chunk = a.chunks, a.chunks_per_doc, a.words_per_chunk
     tokens = math.ceil(per_chunk * 1.33)
@@ -62,7 +63,8 @@ def chunk_batches(a: Any, doc_ids: np.ndarray, config: str) -> Any:
         lines = []
         for i, row in zip(range(lo, hi), drawn, strict=True):
             text = " ".join(words[w] for w in row)
-            lines.append(f"{i + 1}\t{doc_ids[i // per_doc]}\t{COLLECTION}\t{i % per_doc}\tSection\t"
+            doc_id, key = doc_ids[i // per_doc]
+            lines.append(f"{i + 1}\t{doc_id}\t{COLLECTION}\t{key}\t{i % per_doc}\tSection\t"
                          f"section\t{text}\t{tokens}\t{i:064x}\t{config}\n")
         yield lo, "".join(lines).encode()
 
@@ -70,8 +72,9 @@ def chunk_batches(a: Any, doc_ids: np.ndarray, config: str) -> Any:
 def copy_chunks(conn: Any, a: Any, schema: str, doc_ids: np.ndarray) -> float:
     """Write every chunk, one transaction and one COPY per batch; returns the seconds."""
     config = f'"{schema}".simple'
-    stmt = sql.SQL("COPY {s}.chunk (id, document_id, collection, position, section, anchor, content,"
-                   " token_count, content_hash, ts_config) FROM STDIN").format(s=sql.Identifier(schema))
+    stmt = sql.SQL("COPY {s}.chunk (id, document_id, collection, shard_key, position, section, anchor,"
+                   " content, token_count, content_hash, ts_config) FROM STDIN").format(
+        s=sql.Identifier(schema))
     spent = 0.0
     for _, data in chunk_batches(a, doc_ids, config):
         t0 = time.perf_counter()

@@ -20,7 +20,7 @@ from psycopg.conninfo import make_conninfo
 from rag_pg import RagPG, Settings
 from rag_pg.config import IndexSettings
 from rag_pg.store import migrate, roles, tenancy
-from rag_pg.store.documents import Store
+from rag_pg.store.documents import Store, shard_key
 from rag_pg.testing.embedserver import FakeEmbeddingServer
 
 COLLECTIONS, PER_COLLECTION, K, QUERIES = 10, 3000, 10, 30
@@ -44,18 +44,19 @@ def main(url: str) -> None:
                 conn.execute("INSERT INTO ragpg.collection (name, model, dimension) VALUES (%s, %s, %s)",
                              (name, model, dim))
                 doc = conn.execute(
-                    "INSERT INTO ragpg.document (collection, path, title, content_hash, fingerprint)"
-                    " VALUES (%s, 'doc.md', 'doc', 'h', 'f') RETURNING id", (name,)).fetchone()
+                    "INSERT INTO ragpg.document (collection, path, shard_key, title, content_hash,"
+                    " fingerprint) VALUES (%s, 'doc.md', %s, 'doc', 'h', 'f') RETURNING id",
+                    (name, shard_key("doc.md"))).fetchone()
                 assert doc is not None
                 with conn.cursor() as cur, cur.copy(
-                        "COPY ragpg.chunk (document_id, collection, position, section, anchor,"
-                        " content, token_count, content_hash, ts_config) FROM STDIN") as copy:
+                        "COPY ragpg.chunk (document_id, collection, shard_key, position, section,"
+                        " anchor, content, token_count, content_hash, ts_config) FROM STDIN") as copy:
                     for i in range(PER_COLLECTION):
-                        copy.write_row((doc[0], name, i, "", f"a{i}", texts[(i + c) % 400], 5,
-                                        f"h{i}", "simple"))
+                        copy.write_row((doc[0], name, shard_key("doc.md"), i, "", f"a{i}",
+                                        texts[(i + c) % 400], 5, f"h{i}", "simple"))
                 conn.execute(  # random directions: every collection spread over the graph
-                    "INSERT INTO ragpg.chunk_vector (chunk_id, collection, model, embedding)"
-                    " SELECT id, collection, %s, array(SELECT random() - 0.5"
+                    "INSERT INTO ragpg.chunk_vector (chunk_id, collection, shard_key, model, embedding)"
+                    " SELECT id, collection, shard_key, %s, array(SELECT random() - 0.5"
                     "   FROM generate_series(1, %s) WHERE id IS NOT NULL)::real[]::vector"
                     " FROM ragpg.chunk WHERE collection = %s", (model, dim, name))
         Store("ragpg", IndexSettings()).ensure_vector_index(conn, model, dim)
