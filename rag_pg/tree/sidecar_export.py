@@ -43,6 +43,8 @@ class _StoredDocument:
     """A row of ``export_documents``."""
 
     id: int
+    collection: str
+    shard_key: int
     path: str
     title: str
     content_hash: str
@@ -167,7 +169,9 @@ def _export_one(
         raise SidecarError("stale", "the file changed since it was indexed: run `ragpg ingest` first")
     with conn.cursor(row_factory=class_row(_StoredChunk)) as cur:
         chunks = cur.execute(
-            Queries(schema)("export_chunks"), {"model": model, "document_id": row.id}
+            Queries(schema)("export_chunks"),
+            {"model": model, "document_id": row.id, "collection": row.collection,
+             "shard_key": row.shard_key}
         ).fetchall()
     vectorised = bool(row.embed) and model is not None
     vectors: npt.NDArray[np.float32] | None = None

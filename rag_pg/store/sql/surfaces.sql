@@ -24,7 +24,7 @@ SELECT DISTINCT source_root FROM {schema}.document
 WHERE collection = %(collection)s AND source_root IS NOT NULL;
 
 -- name: export_documents
-SELECT id, path, title, content_hash, parent_path, level, node_type, embed, language,
+SELECT id, collection, shard_key, path, title, content_hash, parent_path, level, node_type, embed, language,
        fingerprint, chunk_count, front_matter, source_root
 FROM {schema}.document WHERE collection = %(collection)s ORDER BY path;
 
@@ -32,7 +32,10 @@ FROM {schema}.document WHERE collection = %(collection)s ORDER BY path;
 SELECT c.position, c.section, c.anchor, c.content, c.token_count, v.embedding::real[] AS embedding
 FROM {schema}.chunk c LEFT JOIN {schema}.chunk_vector v
   ON v.chunk_id = c.id AND v.collection = c.collection AND v.shard_key = c.shard_key AND v.model = %(model)s
-WHERE c.document_id = %(document_id)s ORDER BY c.position;
+-- The collection and the shard key route the read to the document's shard on a cluster.
+WHERE c.document_id = %(document_id)s AND c.collection = %(collection)s
+  AND c.shard_key = %(shard_key)s
+ORDER BY c.position;
 
 -- name: check_sample
 -- Chunks drawn at random with their vector of their collection's model (ragpg check --sample).
