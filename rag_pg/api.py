@@ -162,7 +162,8 @@ class RagPG:
         with self.source.connection() as conn:
             revision = upgrade_schema(conn, self.settings.database.schema)
             distribution.distribute(conn, self.settings.database.schema,
-                                    self.settings.database.distribution)
+                                    self.settings.database.distribution,
+                                    self.settings.database.shard_count)
             self.store.forget_layout()
             self.keyword_engine = keyword_engine.prepare(
                 conn, self.settings.database.schema, self.settings.retrieval,

@@ -203,7 +203,7 @@ def test_init_distributes_the_index_by_collection_and_again_changes_nothing(clus
 @needs_citus
 def test_init_spreads_the_documents_over_every_worker_by_document(cluster, schema, embed_server,
                                                                   tmp_path):
-    options = {"database.distribution": "document"}
+    options = {"database.distribution": "document", "database.shard_count": 4}
     with RagPG(cluster.url, settings(embed_server, schema, **options)) as rag:
         rag.init()
         rag.init()
@@ -224,6 +224,10 @@ def test_init_spreads_the_documents_over_every_worker_by_document(cluster, schem
             ports = {row["nodeport"] for row in records(
                 conn, "SELECT nodeport FROM citus_shards WHERE shardid = ANY(%s)", (list(shards),))}
             spread = len(shards)
+            counts = {row["table_name"]: row["shards"] for row in records(
+                conn, "SELECT table_name::text AS table_name, count(*) AS shards FROM citus_shards"
+                      " WHERE table_name::text LIKE %s GROUP BY 1", (f"{schema}.%",))}
+    assert counts[f"{schema}.document"] == counts[f"{schema}.chunk"] == 4  # database.shard_count
     assert len(ports) == len(cluster.workers) and spread > len(cluster.workers)
     # a schema distributed one way stays so: the other, asked for, is one clear error
     with RagPG(cluster.url, settings(embed_server, schema, **{"database.distribution": "collection"})) \
@@ -421,6 +425,9 @@ def test_a_distribution_on_a_database_without_citus_is_one_line_exit_2(db_url, e
 def test_an_unknown_distribution_is_refused_by_the_settings():
     with pytest.raises(ConfigError, match="database.distribution"):
         Settings.load(environ={"RAGPG_DATABASE_DISTRIBUTION": "document-ish"})
+    with pytest.raises(ConfigError, match="database.shard_count must be >= 1"):
+        Settings.load(environ={"RAGPG_DATABASE_SHARD_COUNT": "0"})
+    assert Settings.load(environ={"RAGPG_DATABASE_SHARD_COUNT": "8"}).database.shard_count == 8
 
 
 @needs_citus

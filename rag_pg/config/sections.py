@@ -328,12 +328,19 @@ class DatabaseSettings:
     # spread over every worker). Unset: "collection" where the database has the citus
     # extension, nothing elsewhere; set on a database without Citus: an error.
     distribution: str | None = None
+    # Shards of each distributed table when `ragpg init` first distributes them (unset:
+    # Citus's citus.shard_count, 32). By document, every search step reads every shard: fewer
+    # shards are fewer tasks per step (docs/scaling.md, section 3.5); keep at least as many as
+    # the workers the cluster may grow to.
+    shard_count: int | None = None
 
     def __post_init__(self) -> None:
         check_identifier(self.schema, "database.schema")
         _require([
             (self.distribution not in (None, "collection", "document"),
              f"database.distribution must be collection or document (got {self.distribution!r})"),
+            (self.shard_count is not None and self.shard_count < 1,
+             f"database.shard_count must be >= 1 (got {self.shard_count})"),
             (self.pool_size < 1, f"database.pool_size must be >= 1 (got {self.pool_size})"),
             (self.connect_timeout <= 0,
              f"database.connect_timeout must be > 0 (got {self.connect_timeout:g})"),

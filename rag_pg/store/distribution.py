@@ -111,10 +111,12 @@ def wanted(conn: psycopg.Connection[Any], distribution: str | None) -> str | Non
     return (distribution or "collection") if present else None
 
 
-def distribute(conn: psycopg.Connection[Any], schema: str, distribution: str | None) -> dict[str, str]:
+def distribute(conn: psycopg.Connection[Any], schema: str, distribution: str | None,
+               shard_count: int | None = None) -> dict[str, str]:
     """Distribute the schema's tables where the database is a Citus coordinator (see the
-    module); returns how each table is placed (empty without Citus). Each Citus call runs
-    in its own transaction: ``conn`` must not be inside one."""
+    module), each colocation group in ``shard_count`` shards (None: Citus's default); returns
+    how each table is placed (empty without Citus). Each Citus call runs in its own
+    transaction: ``conn`` must not be inside one."""
     mode = wanted(conn, distribution)
     if mode is None:
         return {}
@@ -139,6 +141,8 @@ def distribute(conn: psycopg.Connection[Any], schema: str, distribution: str | N
             column, with_table = PLACEMENT[mode][table]
             colocate = "none" if with_table == "none" else q.table(with_table)
             with conn.transaction():
+                if shard_count is not None and with_table == "none":  # the others follow it
+                    conn.execute(q("shard_count_set"), {"shards": str(shard_count)})
                 conn.execute(q.compose("distributed_table_create", table=sql.Literal(q.table(table)),
                                        column=sql.Literal(column), colocate=sql.Literal(colocate)))
     with conn.transaction():

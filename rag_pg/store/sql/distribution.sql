@@ -24,6 +24,11 @@ DROP TRIGGER IF EXISTS term_stat_truncate ON {schema}.chunk;
 -- name: reference_table_create
 SELECT create_reference_table({table});
 
+-- name: shard_count_set
+-- For the distribution that follows, in this transaction: a table colocated with another has
+-- that one's shards.
+SELECT set_config('citus.shard_count', %(shards)s, true);
+
 -- name: distributed_table_create
 SELECT create_distributed_table({table}, {column}, colocate_with := {colocate});
 
