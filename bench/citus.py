@@ -2,7 +2,7 @@
 """One node against a Citus cluster (a coordinator and two workers on loopback), same tree.
 
     citus.py [--documents 400] [--queries 40] [--vocabulary 20000] [--results bench/results]
-             [--distribution collection|document] [--output citus.md]
+             [--distribution collection|document] [--shard-count N] [--output citus.md]
     citus.py --documents 20000       # ~100,000 chunks: ~5 min of ingest per side on 2 cores
 
 Needs Citus built into the embedded PostgreSQL (``make citus``). Starts the cluster and one
@@ -56,6 +56,7 @@ def main() -> int:
                         help="made-up words beside the real ones (Zipf-drawn)")
     parser.add_argument("--results", type=Path, default=ROOT / "bench" / "results")
     parser.add_argument("--distribution", choices=("collection", "document"), default="collection")
+    parser.add_argument("--shard-count", type=int, help="database.shard_count (unset: Citus's 32)")
     parser.add_argument("--output", default="citus.md", help="the results file's name")
     args = parser.parse_args()
     if not citus_built():
@@ -70,7 +71,8 @@ def main() -> int:
         options = {"retrieval.exact_limit": 5000, "chunk.size": 80}
         with RagPG(one_url, settings(embedder, **options)) as one, \
                 RagPG(cluster.url, settings(embedder, "bench", **options,
-                                            **{"database.distribution": args.distribution})) as many:
+                                            **{"database.distribution": args.distribution,
+                                               "database.shard_count": args.shard_count})) as many:
             loads = {}
             for name, rag in (("one node", one), ("cluster", many)):
                 rag.init()
@@ -91,7 +93,8 @@ def main() -> int:
                     differ[mode] = differ.get(mode, 0) + ([x[:2] for x in a] != [x[:2] for x in b])
                 p = {n: (statistics.median(t), sorted(t)[int(0.95 * (len(t) - 1))]) for n, t in times.items()}
                 rows.append((mode, p["one node"], p["cluster"]))
-    lines = [f"# One node and a 2-worker Citus cluster (by {args.distribution}),"
+    shards = f", {args.shard_count} shards" if args.shard_count else ""
+    lines = [f"# One node and a 2-worker Citus cluster (by {args.distribution}{shards}),"
              f" {loads['one node'][1]} chunks",
              "", f"Ingest: one node {loads['one node'][0]:.1f} s, cluster {loads['cluster'][0]:.1f} s"
              f" ({loads['cluster'][1]} chunks); {len(asked)} questions per mode, k = 10;"
