@@ -318,6 +318,16 @@ def test_a_search_survives_its_pooled_connection_being_killed(rag, db_url):
     assert [h.chunk_id for h in rag.search("marmotte", 3)] == first
 
 
+def failing(real: Any, calls: list[int], times: int, error: Exception) -> Any:
+    """``real`` (a search's first read) raising ``error`` on its first ``times`` calls."""
+    def read(conn: Any, *args: Any, **options: Any) -> Any:
+        calls.append(1)
+        if len(calls) <= times:
+            raise error
+        return real(conn, *args, **options)
+    return read
+
+
 def test_a_search_is_retried_once_when_its_connection_is_lost_and_not_more(rag, monkeypatch):
     """A lost connection (no SQLSTATE, as when the server goes away) is retried once on
     another lend; a second loss reaches the caller; an error of the statement is not retried.
@@ -326,12 +336,7 @@ def test_a_search_is_retried_once_when_its_connection_is_lost_and_not_more(rag, 
     calls: list[int] = []
 
     def lost(times: int, error: Exception) -> Any:
-        def read(conn: Any, *args: Any, **options: Any) -> Any:
-            calls.append(1)
-            if len(calls) <= times:
-                raise error
-            return real(conn, *args, **options)
-        return read
+        return failing(real, calls, times, error)
 
     expected = [h.chunk_id for h in rag.search("marmotte", 3)]
     monkeypatch.setattr(rag.searcher, "send_collection", lost(1, psycopg.OperationalError("gone")))
@@ -359,12 +364,7 @@ def test_a_search_the_server_aborted_for_a_deadlock_runs_again_a_few_times(rag, 
     pauses: list[float] = []
 
     def aborted(times: int, error: Exception) -> Any:
-        def read(conn: Any, *args: Any, **options: Any) -> Any:
-            calls.append(1)
-            if len(calls) <= times:
-                raise error
-            return real(conn, *args, **options)
-        return read
+        return failing(real, calls, times, error)
 
     expected = [h.chunk_id for h in rag.search("marmotte", 3)]
     rag._search_runner.pause = pauses.append
