@@ -62,11 +62,11 @@ def main() -> int:
     if not citus_built():
         print("Citus is not built into the embedded PostgreSQL: run `make citus` first")
         return 2
-    tree = write_tree(Path(tempfile.mkdtemp(prefix="ragpg-citus-bench-")) / "tree", args.documents,
-                      vocabulary=args.vocabulary)
+    folder = tempfile.TemporaryDirectory(prefix="ragpg-citus-bench-")  # the tree, removed at the end
+    tree = write_tree(Path(folder.name) / "tree", args.documents, vocabulary=args.vocabulary)
     asked = questions(args.queries)
     rows = []
-    with citus_cluster(workers=2) as cluster, private_server() as one_url, \
+    with folder, citus_cluster(workers=2) as cluster, private_server() as one_url, \
             FakeEmbeddingServer(dim=64) as embedder:
         options = {"retrieval.exact_limit": 5000, "chunk.size": 80}
         with RagPG(one_url, settings(embedder, **options)) as one, \
