@@ -123,7 +123,7 @@ class SearchRunner:
                 if (not isinstance(exc.__cause__, ABORTED) or aborted == SEARCH_ATTEMPTS
                         or not self.reads.owns_connections):  # a caller's transaction is its own
                     raise
-                self.pause(retry.TransientRetry().delay * 2 ** aborted)
+                self.pause(retry.DEFAULT.delay * 2 ** aborted)
 
 
     def _search(

@@ -145,7 +145,8 @@ class Searcher:
         expanded: sql.Composable = sql.SQL("NULL::jsonb")
         expand_join: sql.Composable = sql.SQL("")
         if plan.expand:
-            ctes += [self._sql("search_expand_documents", candidates_of=candidates_of),
+            ctes += [self._sql("search_expand_documents", candidates_of=candidates_of,
+                               candidate_rows=self._sql(rows)),
                      self._sql(f"search_expand_{plan.expand}")]
             expanded = self._sql("search_expanded")
             expand_join = self._sql("search_expand_join",

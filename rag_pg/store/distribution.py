@@ -35,7 +35,8 @@ from Citus, which then runs through the coordinator what it would route to one w
 The term statistics: Citus cannot run the statement triggers on ``chunk`` on its shards
 (their transition tables are not there), so they are dropped before ``chunk`` is
 distributed and the writer keeps the statistics itself, in the same transaction
-(:class:`rag_pg.store.term_stats.WriterStatistics`). Distributing is idempotent: a table
+(:meth:`rag_pg.store.documents.Store._follow_statistics`; by document
+:class:`rag_pg.store.term_stats.SpreadStatistics`). Distributing is idempotent: a table
 already in Citus's metadata is left as it is, so a later ``ragpg init`` (an upgrade) only
 migrates, and DDL on distributed tables reaches the shards through Citus.
 """
@@ -55,7 +56,6 @@ DISTRIBUTIONS = ("collection", "document")
 REFERENCE = ("collection", "tenant_collection", "tenant_role")
 # In order: a table's foreign keys point at tables distributed before it.
 DISTRIBUTED = ("document", "chunk", "chunk_vector", "term_stat", "chunk_stat")
-STATISTICS = ("term_stat", "chunk_stat")
 # Each table's distribution column, and the table it is colocated with ("none": it starts a
 # colocation group), by layout.
 PLACEMENT: dict[str, dict[str, tuple[str, str]]] = {
@@ -65,6 +65,8 @@ PLACEMENT: dict[str, dict[str, tuple[str, str]]] = {
                  "chunk_vector": ("shard_key", "document"), "term_stat": ("collection", "none"),
                  "chunk_stat": ("collection", "term_stat")},
 }
+# How Citus holds ``chunk`` (rag_pg.store.distribution.citus_tables) -> the layout.
+LAYOUTS = {"by collection": "collection", "by shard_key": "document"}
 
 
 def citus_present(conn: psycopg.Connection[Any]) -> bool:
@@ -86,8 +88,7 @@ def layout(conn: psycopg.Connection[Any], schema: str) -> str | None:
     not distributed yet), from how Citus holds ``chunk``."""
     if not citus_present(conn):
         return None
-    placed = citus_tables(conn, schema).get("chunk")
-    return {"by collection": "collection", "by shard_key": "document"}.get(placed or "")
+    return LAYOUTS.get(citus_tables(conn, schema).get("chunk", ""))
 
 
 def citus_tables(conn: psycopg.Connection[Any], schema: str) -> dict[str, str]:
@@ -122,7 +123,7 @@ def distribute(conn: psycopg.Connection[Any], schema: str, distribution: str | N
         return {}
     q = Queries(schema)
     placed = citus_tables(conn, schema)
-    found = {"by collection": "collection", "by shard_key": "document"}.get(placed.get("chunk", ""))
+    found = LAYOUTS.get(placed.get("chunk", ""))
     if found is not None and found != mode:
         if distribution is None:
             mode = found  # no setting: keep the layout the schema has
@@ -149,5 +150,4 @@ def distribute(conn: psycopg.Connection[Any], schema: str, distribution: str | N
         conn.execute(q("cluster_settings"))
         conn.execute(q("tenant_function_nested"))
         conn.execute(q("keyword_search_invoker"))
-
     return citus_tables(conn, schema)

@@ -184,7 +184,7 @@ class Store(VectorIndexes, RunLog, TermStatistics):
         if self.layout(cur.connection) == "document":
             spread = SpreadStatistics(self.q)
             with cur.connection.cursor() as rows:  # tuples, whatever ``cur`` makes of rows
-                counts = spread.of_documents(rows, collection, ids)
+                counts = spread.counts(rows, collection, ids)
                 (spread.add if direction == "add" else spread.subtract)(rows, collection, *counts)
             return
         params = {"collection": collection, "ids": ids}

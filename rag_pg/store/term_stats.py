@@ -58,7 +58,7 @@ class TermStatistics:
             with conn.transaction(), conn.cursor() as cur:
                 for name in _REBUILD[:3]:
                     cur.execute(self.q(name), params)
-                spread.add(cur, collection, *spread.of_collection(cur, collection))
+                spread.add(cur, collection, *spread.counts(cur, collection))
                 cur.execute(self.q("term_stats_resume"), params)
             return
         with conn.pipeline(), conn.transaction():
@@ -86,18 +86,14 @@ class SpreadStatistics:
         self.q = q
         self.configs = [q.config(language) for language in LANGUAGES]
 
-    def of_documents(self, cur: psycopg.Cursor[Any], collection: str,
-                     ids: list[int]) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
-        """The documents' (terms, chunks) counts, to add or subtract."""
+    def counts(self, cur: psycopg.Cursor[Any], collection: str, ids: list[int] | None = None,
+               ) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
+        """The (terms, chunks) counts of the documents ``ids`` (to add or subtract), or of
+        the whole collection (None)."""
         params = {"collection": collection, "ids": ids, "ts_configs": self.configs}
-        return (self._rows(cur, "term_stats_of_documents", params, collection),
-                self._rows(cur, "chunk_stats_of_documents", params, collection))
-
-    def of_collection(self, cur: psycopg.Cursor[Any],
-                      collection: str) -> tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]]:
-        params = {"collection": collection, "ts_configs": self.configs}
-        return (self._rows(cur, "term_stats_of_collection", params, collection),
-                self._rows(cur, "chunk_stats_of_collection", params, collection))
+        of = "collection" if ids is None else "documents"
+        return (self._rows(cur, f"term_stats_of_{of}", params, collection),
+                self._rows(cur, f"chunk_stats_of_{of}", params, collection))
 
     def _rows(self, cur: psycopg.Cursor[Any], name: str, params: dict[str, Any],
               collection: str) -> list[tuple[Any, ...]]:

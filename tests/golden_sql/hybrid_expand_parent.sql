@@ -180,8 +180,7 @@ expand_documents AS MATERIALIZED (
        k.rank AS keyword_rank, k.score AS keyword_score
 FROM vec_ranked v FULL JOIN kw_ranked k ON k.chunk_id = v.chunk_id) cand
     JOIN "ragpg".chunk c ON c.id = cand.chunk_id AND c.collection = %(collection)s
-    JOIN "ragpg".document d
-      ON d.id = c.document_id AND d.collection = c.collection AND d.shard_key = c.shard_key
+JOIN "ragpg".document d ON d.id = c.document_id AND d.collection = c.collection AND d.shard_key = c.shard_key
 ),
 expand_nodes AS MATERIALIZED (
     SELECT p.path AS node_key, jsonb_build_object(

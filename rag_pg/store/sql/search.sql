@@ -560,9 +560,7 @@ FROM kw_ranked k
 expand_documents AS MATERIALIZED (
     SELECT DISTINCT d.path, d.parent_path
     FROM ({candidates_of}) cand
-    JOIN {schema}.chunk c ON c.id = cand.chunk_id AND c.collection = %(collection)s
-    JOIN {schema}.document d
-      ON d.id = c.document_id AND d.collection = c.collection AND d.shard_key = c.shard_key
+    {candidate_rows}
 )
 
 -- name: search_expand_parent
