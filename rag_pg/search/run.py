@@ -118,13 +118,22 @@ class SearchRunner:
                 if lost or not self.reads.owns_connections:
                     raise
                 lost = True
-            except DatabaseRefused as exc:
+            except (DatabaseRefused, SchemaMissing) as exc:
                 aborted += 1
-                if (not isinstance(exc.__cause__, ABORTED) or aborted == SEARCH_ATTEMPTS
+                if (not self._passing(exc.__cause__) or aborted == SEARCH_ATTEMPTS
                         or not self.reads.owns_connections):  # a caller's transaction is its own
                     raise
                 self.pause(retry.DEFAULT.delay * 2 ** aborted)
 
+
+    def _passing(self, cause: BaseException | None) -> bool:
+        """Whether the server aborted the search for a reason that passes with time: a deadlock,
+        a serialization failure, or, on a cluster, a shard a worker no longer holds (moved by a
+        rebalance between two steps of the search)."""
+        if isinstance(cause, ABORTED):
+            return True
+        return (bool(self._routed) and isinstance(cause, psycopg.errors.UndefinedTable)
+                and "while executing command on" in (cause.diag.context or ""))
 
     def _search(
         self, vectors: QueryVectors, expected: CollectionInfo, k: int, wanted: str,
